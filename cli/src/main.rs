@@ -1,0 +1,41 @@
+//! `toolgate`: the command line.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod crds_cmd;
+
+/// toolgate: governed, auditable, isolated actions for AI agents.
+#[derive(Parser)]
+#[command(name = "toolgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions as YAML, or write one file per kind with --out.
+    Crds {
+        /// Write `<plural>.toolgate.dev.yaml` files into this folder instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds { out } => crds_cmd::run(out.as_deref()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("toolgate: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

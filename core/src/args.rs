@@ -1,0 +1,187 @@
+//! Args validation against a tool's input schema (invariant 3: before any policy check).
+
+use serde_json::Value;
+
+/// Limits checked before the schema, so a huge or deeply nested payload costs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgsLimits {
+    /// Largest serialized args, in bytes.
+    pub max_bytes: usize,
+    /// Deepest nesting of arrays and objects.
+    pub max_depth: usize,
+}
+
+impl Default for ArgsLimits {
+    fn default() -> Self {
+        ArgsLimits {
+            max_bytes: 256 * 1024,
+            max_depth: 64,
+        }
+    }
+}
+
+/// One violation: where, which rule, and what a person reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON pointer into the args (`/path`), empty for the whole object.
+    pub pointer: String,
+    /// The rule broken (`required`, `maxLength`, `max-bytes`).
+    pub rule: String,
+    /// Expected and found.
+    pub message: String,
+}
+
+/// The outcome of validating args.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArgsReport {
+    /// Every violation; empty means valid.
+    pub violations: Vec<Violation>,
+}
+
+impl ArgsReport {
+    /// Whether the args are valid.
+    pub fn is_valid(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Validate args against a JSON Schema, after the size and depth limits.
+pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsReport {
+    let mut violations = Vec::new();
+    let size = serde_json::to_vec(args)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > limits.max_bytes {
+        violations.push(Violation {
+            pointer: String::new(),
+            rule: "max-bytes".into(),
+            message: format!(
+                "expected at most {} bytes of args, found {size}",
+                limits.max_bytes
+            ),
+        });
+    }
+    let depth = nesting_depth(args);
+    if depth > limits.max_depth {
+        violations.push(Violation {
+            pointer: String::new(),
+            rule: "max-depth".into(),
+            message: format!(
+                "expected nesting at most {} deep, found {depth}",
+                limits.max_depth
+            ),
+        });
+    }
+    if !violations.is_empty() {
+        return ArgsReport { violations };
+    }
+    if !args.is_object() {
+        violations.push(Violation {
+            pointer: String::new(),
+            rule: "type".into(),
+            message: format!(
+                "expected an object of named args, found {}",
+                crate::lint::short_json(args)
+            ),
+        });
+        return ArgsReport { violations };
+    }
+    let validator = match jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+    {
+        Ok(v) => v,
+        Err(e) => {
+            violations.push(Violation {
+                pointer: String::new(),
+                rule: "schema".into(),
+                message: format!("the tool's input schema is not valid JSON Schema: {e}"),
+            });
+            return ArgsReport { violations };
+        }
+    };
+    for e in validator.iter_errors(args) {
+        let rule = e
+            .schema_path()
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        violations.push(Violation {
+            pointer: e.instance_path().as_str().to_string(),
+            rule,
+            message: e.to_string(),
+        });
+    }
+    ArgsReport { violations }
+}
+
+/// Nesting depth without recursion, so hostile input cannot exhaust the stack.
+fn nesting_depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(a) => {
+                max = max.max(d);
+                stack.extend(a.iter().map(|c| (c, d + 1)));
+            }
+            Value::Object(o) => {
+                max = max.max(d);
+                stack.extend(o.values().map(|c| (c, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "required": ["path"], "additionalProperties": false,
+               "properties": {"path": {"type": "string", "maxLength": 8, "pattern": "^[^/]"}}})
+    }
+
+    #[test]
+    fn valid_args_pass() {
+        assert!(
+            validate_args(&schema(), &json!({"path": "a.txt"}), &ArgsLimits::default()).is_valid()
+        );
+    }
+
+    #[test]
+    fn each_violation_has_a_pointer_and_rule() {
+        let r = validate_args(
+            &schema(),
+            &json!({"path": "/etc/passwd", "x": 1}),
+            &ArgsLimits::default(),
+        );
+        let rules: Vec<_> = r
+            .violations
+            .iter()
+            .map(|v| (v.pointer.as_str(), v.rule.as_str()))
+            .collect();
+        assert!(rules.contains(&("/path", "maxLength")), "{rules:?}");
+        assert!(rules.contains(&("/path", "pattern")), "{rules:?}");
+        assert!(rules.contains(&("", "additionalProperties")), "{rules:?}");
+    }
+
+    #[test]
+    fn limits_come_first() {
+        let big = json!({"path": "x".repeat(300 * 1024)});
+        let r = validate_args(&schema(), &big, &ArgsLimits::default());
+        assert_eq!(r.violations.len(), 1);
+        assert_eq!(r.violations[0].rule, "max-bytes");
+        let mut deep = json!(1);
+        for _ in 0..70 {
+            deep = json!([deep]);
+        }
+        let r = validate_args(&schema(), &json!({"path": deep}), &ArgsLimits::default());
+        assert_eq!(r.violations[0].rule, "max-depth");
+    }
+}

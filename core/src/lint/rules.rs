@@ -1,0 +1,536 @@
+//! The rules a schema cannot express.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use toolgate_crds::{
+    ActionType, DeliveryMode, ExecutionAdapter, SandboxPolicySpec, ToolDescriptorSpec, TrustLevel,
+};
+
+use super::{Finding, Severity, join_path};
+use crate::manifest::{Object, ObjectSet, Spec};
+use crate::{digest, risk, secrets, template};
+
+type Local = (Severity, String, &'static str, String);
+
+/// Report credential values anywhere in a document. Returns the paths reported, so the schema
+/// check does not explain the same field a second time.
+pub(super) fn scan_secrets(kind: &str, doc: &Value, out: &mut Vec<Local>) -> Vec<String> {
+    let mut paths = Vec::new();
+    walk(kind, doc, "", false, out, &mut paths);
+    paths
+}
+
+fn walk(
+    kind: &str,
+    v: &Value,
+    path: &str,
+    in_schema: bool,
+    out: &mut Vec<Local>,
+    paths: &mut Vec<String>,
+) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                let p = join_path(path, k);
+                // JSON Schemas name properties, they do not hold values.
+                let schema_here = in_schema || (path == "spec.schemas" && k.ends_with("Schema"));
+                if kind == "CredentialBinding"
+                    && !schema_here
+                    && secrets::is_secret_field_name(k)
+                    && matches!(child, Value::String(_) | Value::Object(_))
+                {
+                    out.push((
+                        Severity::Error,
+                        p.clone(),
+                        "secret-inline",
+                        "a CredentialBinding names where a credential lives (vault.mount, vault.path, vault.field), never its value: remove this field and store the value in Vault".into(),
+                    ));
+                    paths.push(p);
+                    continue;
+                }
+                walk(kind, child, &p, schema_here, out, paths);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk(kind, item, &format!("{path}[{i}]"), in_schema, out, paths);
+            }
+        }
+        Value::String(s) => {
+            if let Some((shape, _)) = secrets::find_secret_shape(s) {
+                out.push((
+                    Severity::Error,
+                    path.to_string(),
+                    "secret-inline",
+                    format!(
+                        "looks like a credential ({}); manifests are reviewed in Git and must never hold one: reference it through a CredentialBinding",
+                        shape.name
+                    ),
+                ));
+                paths.push(path.to_string());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Cross-object and semantic rules over the typed objects.
+pub(super) fn check_objects(
+    set: &ObjectSet,
+    declared: &BTreeSet<(String, String, String)>,
+    now: jiff::Timestamp,
+    findings: &mut Vec<Finding>,
+) {
+    for obj in set.iter() {
+        let mut local: Vec<Local> = Vec::new();
+        match &obj.spec {
+            Spec::ToolDescriptor(d) => descriptor(obj, d, set, declared, &mut local),
+            Spec::ToolGrant(g) => {
+                for (i, name) in g.tools.names.iter().enumerate() {
+                    reference(
+                        obj,
+                        "ToolDescriptor",
+                        name,
+                        &format!("spec.tools.names[{i}]"),
+                        declared,
+                        &mut local,
+                    );
+                }
+                if let Some(exp) = g.expires_at
+                    && exp.0 <= now
+                {
+                    local.push((
+                        Severity::Warning,
+                        "spec.expiresAt".into(),
+                        "grant-expired",
+                        format!("the grant expired at {exp}; it grants nothing"),
+                    ));
+                }
+            }
+            Spec::SandboxPolicy(s) => sandbox(s, &mut local),
+            Spec::CredentialBinding(_) => {}
+            Spec::ToolCall(c) => {
+                if reference(
+                    obj,
+                    "ToolDescriptor",
+                    &c.tool_ref.name,
+                    "spec.toolRef.name",
+                    declared,
+                    &mut local,
+                ) && let Some(Object {
+                    spec: Spec::ToolDescriptor(d),
+                    ..
+                }) = set.find("ToolDescriptor", obj.meta.namespace(), &c.tool_ref.name)
+                {
+                    if !d.intent.action_types.contains(&c.intent.action_type) {
+                        local.push((
+                            Severity::Error,
+                            "spec.intent.actionType".into(),
+                            "action-type-not-declared",
+                            format!(
+                                "expected one of the tool's action types ({}), found {}",
+                                d.intent
+                                    .action_types
+                                    .iter()
+                                    .map(|a| a.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                c.intent.action_type
+                            ),
+                        ));
+                    }
+                    for v in crate::args::validate_args(
+                        &d.schemas.input_schema,
+                        &c.args,
+                        &crate::args::ArgsLimits::default(),
+                    )
+                    .violations
+                    {
+                        local.push((
+                            Severity::Error,
+                            join_path("spec.args", v.pointer.trim_start_matches('/'))
+                                .replace('/', "."),
+                            "args-invalid",
+                            v.message,
+                        ));
+                    }
+                    if let (Some(pinned), Ok(current)) =
+                        (&c.tool_ref.digest, digest::descriptor_digest(d))
+                        && *pinned != current
+                    {
+                        local.push((Severity::Error, "spec.toolRef.digest".into(), "tool-digest-mismatch", format!(
+                            "expected the current digest of ToolDescriptor/{} ({current}), found {pinned}: the call would be denied", c.tool_ref.name)));
+                    }
+                }
+            }
+            Spec::ToolApproval(a) => {
+                if reference(
+                    obj,
+                    "ToolCall",
+                    &a.call_ref.name,
+                    "spec.callRef.name",
+                    declared,
+                    &mut local,
+                ) && let Some(Object {
+                    spec: Spec::ToolCall(c),
+                    ..
+                }) = set.find("ToolCall", obj.meta.namespace(), &a.call_ref.name)
+                {
+                    if let Ok(args) = digest::json_digest(&c.args)
+                        && args != a.args_digest
+                    {
+                        local.push((Severity::Warning, "spec.argsDigest".into(), "approval-void", format!(
+                            "the approval binds args {} but ToolCall/{} has args {args}: it would be void", a.args_digest, c.tool_ref.name)));
+                    }
+                    if a.principal != c.principal {
+                        local.push((Severity::Warning, "spec.principal".into(), "approval-void", format!(
+                            "the approval names principal {:?} but the call's principal is {:?}: it would be void", a.principal, c.principal)));
+                    }
+                }
+            }
+        }
+        for (severity, path, code, message) in local {
+            findings.push(Finding {
+                severity,
+                origin: obj.origin.clone(),
+                object: Some(obj.id()),
+                path,
+                code,
+                message,
+            });
+        }
+    }
+}
+
+/// Report a reference that names nothing; true if it resolves.
+fn reference(
+    obj: &Object,
+    kind: &str,
+    name: &str,
+    path: &str,
+    declared: &BTreeSet<(String, String, String)>,
+    out: &mut Vec<Local>,
+) -> bool {
+    let ns = obj.meta.namespace();
+    let found = declared.contains(&(kind.to_string(), ns.to_string(), name.to_string()));
+    if !found {
+        out.push((Severity::Error, path.into(), "dangling-reference", format!(
+            "expected the name of a {kind} in namespace {ns}, found {name:?}, which is not defined in the manifests")));
+    }
+    found
+}
+
+fn descriptor(
+    obj: &Object,
+    d: &ToolDescriptorSpec,
+    set: &ObjectSet,
+    declared: &BTreeSet<(String, String, String)>,
+    out: &mut Vec<Local>,
+) {
+    // Schemas must be JSON Schema, and the input must describe an object.
+    match jsonschema::meta::validate(&d.schemas.input_schema) {
+        Err(e) => out.push((
+            Severity::Error,
+            "spec.schemas.inputSchema".into(),
+            "invalid-json-schema",
+            format!("not a valid JSON Schema: {e}"),
+        )),
+        Ok(()) => {
+            if d.schemas.input_schema.get("type") != Some(&Value::String("object".into())) {
+                out.push((
+                    Severity::Error,
+                    "spec.schemas.inputSchema.type".into(),
+                    "invalid-json-schema",
+                    format!(
+                        "expected \"object\" (tool args are a JSON object), found {}",
+                        d.schemas
+                            .input_schema
+                            .get("type")
+                            .map_or("nothing".into(), super::short_json)
+                    ),
+                ));
+            }
+            for (i, ex) in d.description.examples.iter().enumerate() {
+                for v in crate::args::validate_args(
+                    &d.schemas.input_schema,
+                    &ex.expected_args,
+                    &crate::args::ArgsLimits::default(),
+                )
+                .violations
+                {
+                    out.push((
+                        Severity::Error,
+                        format!("spec.description.examples[{i}].expectedArgs"),
+                        "example-args-invalid",
+                        format!(
+                            "{} at {}",
+                            v.message,
+                            if v.pointer.is_empty() {
+                                "/"
+                            } else {
+                                &v.pointer
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (field, schema) in [
+        ("outputSchema", &d.schemas.output_schema),
+        ("errorSchema", &d.schemas.error_schema),
+    ] {
+        if let Some(s) = schema
+            && let Err(e) = jsonschema::meta::validate(s)
+        {
+            out.push((
+                Severity::Error,
+                format!("spec.schemas.{field}"),
+                "invalid-json-schema",
+                format!("not a valid JSON Schema: {e}"),
+            ));
+        }
+    }
+
+    // The declared risk must be honest about what the tool does.
+    let tier = risk::descriptor_tier(d);
+    let min = risk::minimum_severity(tier);
+    if d.risk.level < min {
+        out.push((
+            Severity::Error,
+            "spec.risk.level".into(),
+            "risk-understated",
+            format!(
+                "expected at least {min} for a {tier} ({}) tool (action types: {}), found {}",
+                tier.label(),
+                d.intent
+                    .action_types
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                d.risk.level
+            ),
+        ));
+    }
+
+    // Effects must match the action types (invariant 13).
+    let acts = &d.intent.action_types;
+    let e = &d.effects;
+    let writes = acts.iter().any(|a| {
+        matches!(
+            a,
+            ActionType::Write | ActionType::Patch | ActionType::MemoryWrite
+        )
+    });
+    if writes && e.writes.is_empty() {
+        out.push((Severity::Error, "spec.effects.writes".into(), "effects-undeclared", "expected the resources written (the action types include write/patch), found an empty list".into()));
+    }
+    if acts.contains(&ActionType::Delete) && e.deletes.is_empty() {
+        out.push((
+            Severity::Error,
+            "spec.effects.deletes".into(),
+            "effects-undeclared",
+            "expected the resources deleted (the action types include delete), found none".into(),
+        ));
+    }
+    if acts.contains(&ActionType::ExternalSend) && !e.external_calls {
+        out.push((
+            Severity::Error,
+            "spec.effects.externalCalls".into(),
+            "effects-undeclared",
+            "expected true (the action types include external_send), found false".into(),
+        ));
+    }
+    if !e.mutates_state && (!e.writes.is_empty() || !e.deletes.is_empty()) {
+        out.push((
+            Severity::Error,
+            "spec.effects.mutatesState".into(),
+            "effects-inconsistent",
+            "expected true: the tool declares writes or deletes, found false".into(),
+        ));
+    }
+    if !e.deletes.is_empty() && !d.risk.destructive {
+        out.push((
+            Severity::Error,
+            "spec.risk.destructive".into(),
+            "effects-inconsistent",
+            "expected true: the tool declares deletes, found false".into(),
+        ));
+    }
+
+    // Templates may only name declared args.
+    let props: BTreeSet<String> = d
+        .schemas
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut templates: Vec<(String, &str)> = d
+        .execution
+        .argv
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (format!("spec.execution.argv[{i}]"), a.as_str()))
+        .collect();
+    if let Some(stdin) = &d.execution.stdin {
+        templates.push(("spec.execution.stdin".into(), stdin));
+    }
+    if let Some(http) = &d.execution.http {
+        templates.push(("spec.execution.http.urlTemplate".into(), &http.url_template));
+        for (i, b) in http.body_args.iter().enumerate() {
+            if !props.contains(b) {
+                out.push((
+                    Severity::Error,
+                    format!("spec.execution.http.bodyArgs[{i}]"),
+                    "template-unknown-arg",
+                    format!(
+                        "expected one of the input schema's properties ({}), found {b:?}",
+                        props.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    for (path, t) in templates {
+        match template::placeholders(t) {
+            Ok(names) => {
+                for name in names {
+                    if !props.contains(name) {
+                        out.push((Severity::Error, path.clone(), "template-unknown-arg", format!(
+                            "{{{{{name}}}}} names no property of the input schema (expected one of: {})", props.iter().cloned().collect::<Vec<_>>().join(", "))));
+                    }
+                }
+            }
+            Err(e) => out.push((Severity::Error, path, "template-syntax", e.to_string())),
+        }
+    }
+
+    // Anything that executes needs a resolved sandbox (invariant 10).
+    let ns = obj.meta.namespace();
+    let executes = matches!(
+        d.execution.adapter,
+        ExecutionAdapter::Cli | ExecutionAdapter::Http | ExecutionAdapter::Mcp
+    );
+    match &d.sandbox_policy_ref {
+        None if executes => out.push((Severity::Error, "spec.sandboxPolicyRef".into(), "sandbox-missing", format!(
+            "expected a SandboxPolicy reference: a {:?} tool executes and must run in a sandbox, found none", d.execution.adapter).to_lowercase())),
+        Some(r) => {
+            reference(obj, "SandboxPolicy", &r.name, "spec.sandboxPolicyRef.name", declared, out);
+        }
+        None => {}
+    }
+    let sandbox =
+        d.sandbox_policy_ref
+            .as_ref()
+            .and_then(|r| match set.find("SandboxPolicy", ns, &r.name) {
+                Some(Object {
+                    spec: Spec::SandboxPolicy(s),
+                    ..
+                }) => Some(s.as_ref()),
+                _ => None,
+            });
+    if let Some(r) = &d.credential_binding_ref
+        && reference(
+            obj,
+            "CredentialBinding",
+            &r.name,
+            "spec.credentialBindingRef.name",
+            declared,
+            out,
+        )
+        && let Some(Object {
+            spec: Spec::CredentialBinding(b),
+            ..
+        }) = set.find("CredentialBinding", ns, &r.name)
+        && b.delivery.mode == DeliveryMode::Env
+        && let Some(s) = sandbox
+        && !s.environment.secret_env_allowed
+    {
+        out.push((Severity::Error, "spec.credentialBindingRef".into(), "credential-env-not-allowed", format!(
+            "CredentialBinding/{} delivers its value as an environment variable but SandboxPolicy/{} has environment.secretEnvAllowed: false; deliver it as a file",
+            r.name, d.sandbox_policy_ref.as_ref().map_or("", |r| r.name.as_str()))));
+    }
+    if let Some(s) = sandbox {
+        if e.external_calls
+            && s.network.egress == toolgate_crds::EgressMode::None
+            && d.execution.adapter != ExecutionAdapter::Mcp
+        {
+            out.push((
+                Severity::Error,
+                "spec.sandboxPolicyRef".into(),
+                "sandbox-too-closed",
+                format!(
+                    "the tool declares externalCalls: true but SandboxPolicy/{} allows no egress",
+                    d.sandbox_policy_ref
+                        .as_ref()
+                        .map_or("", |r| r.name.as_str())
+                ),
+            ));
+        }
+        if (writes || e.mutates_state) && s.filesystem.write_roots.is_empty() && !e.external_calls {
+            out.push((Severity::Error, "spec.sandboxPolicyRef".into(), "sandbox-too-closed", format!(
+                "the tool writes the workspace but SandboxPolicy/{} has no filesystem.writeRoots", d.sandbox_policy_ref.as_ref().map_or("", |r| r.name.as_str()))));
+        }
+    }
+
+    if d.provenance.trust_level == TrustLevel::Untrusted {
+        out.push((
+            Severity::Warning,
+            "spec.provenance.trustLevel".into(),
+            "untrusted",
+            "untrusted tools are registered as blocked and never callable".into(),
+        ));
+    }
+    if d.canonical_name != obj.meta.name {
+        out.push((Severity::Warning, "spec.canonicalName".into(), "name-mismatch", format!(
+            "expected the object name {:?} (grants and calls use the object name, agents the canonical name), found {:?}", obj.meta.name, d.canonical_name)));
+    }
+}
+
+fn sandbox(s: &SandboxPolicySpec, out: &mut Vec<Local>) {
+    for (i, root) in s.filesystem.write_roots.iter().enumerate() {
+        if root == "/"
+            || root.starts_with("/etc")
+            || root.starts_with("/proc")
+            || root.starts_with("/sys")
+            || root.starts_with("/dev")
+        {
+            out.push((
+                Severity::Error,
+                format!("spec.filesystem.writeRoots[{i}]"),
+                "sandbox-too-open",
+                format!("a sandbox may not write {root:?}: expected a workspace path"),
+            ));
+        }
+    }
+    for (i, cidr) in s.network.allow_cidrs.iter().enumerate() {
+        if cidr.parse::<CidrCheck>().is_err() {
+            out.push((
+                Severity::Error,
+                format!("spec.network.allowCidrs[{i}]"),
+                "schema-format",
+                format!("expected a CIDR such as 140.82.112.0/20, found {cidr:?}"),
+            ));
+        }
+    }
+    if s.network.egress == toolgate_crds::EgressMode::Open && !s.network.deny_private_networks {
+        out.push((Severity::Warning, "spec.network.denyPrivateNetworks".into(), "sandbox-too-open", "open egress with private networks reachable lets a tool reach cluster-internal services".into()));
+    }
+}
+
+/// Parses `a.b.c.d/n` or an IPv6 prefix.
+struct CidrCheck;
+
+impl std::str::FromStr for CidrCheck {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (addr, len) = s.split_once('/').ok_or(())?;
+        let len: u8 = len.parse().map_err(|_| ())?;
+        let ip: std::net::IpAddr = addr.parse().map_err(|_| ())?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        if len > max { Err(()) } else { Ok(CidrCheck) }
+    }
+}

@@ -1,0 +1,172 @@
+//! Shapes of credentials that must never appear in manifests or model-visible text.
+//!
+//! Known values are redacted exactly by the redactor; these patterns catch the common token
+//! shapes nobody told us about (a token pasted into a manifest, a key echoed by a tool).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// A recognised credential shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretShape {
+    /// Stable name (`github-token`).
+    pub name: &'static str,
+    pattern: &'static str,
+}
+
+const SHAPES: &[SecretShape] = &[
+    SecretShape {
+        name: "github-token",
+        pattern: r"\b(gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b",
+    },
+    SecretShape {
+        name: "aws-access-key-id",
+        pattern: r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",
+    },
+    SecretShape {
+        name: "slack-token",
+        pattern: r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b",
+    },
+    SecretShape {
+        name: "vault-token",
+        pattern: r"\bhv[sbr]\.[A-Za-z0-9_-]{20,}\b",
+    },
+    SecretShape {
+        name: "private-key",
+        pattern: r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    },
+    SecretShape {
+        name: "jwt",
+        pattern: r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    },
+    SecretShape {
+        name: "openai-key",
+        pattern: r"\bsk-(proj-)?[A-Za-z0-9_-]{32,}\b",
+    },
+    SecretShape {
+        name: "google-api-key",
+        pattern: r"\bAIza[0-9A-Za-z_-]{35}\b",
+    },
+    SecretShape {
+        name: "bearer-credential",
+        pattern: r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{20,}=*",
+    },
+];
+
+static COMPILED: LazyLock<Vec<(SecretShape, Regex)>> = LazyLock::new(|| {
+    SHAPES
+        .iter()
+        .filter_map(|s| Regex::new(s.pattern).ok().map(|r| (*s, r)))
+        .collect()
+});
+
+/// The first credential shape found in `text`, with its byte range.
+pub fn find_secret_shape(text: &str) -> Option<(SecretShape, std::ops::Range<usize>)> {
+    COMPILED
+        .iter()
+        .filter_map(|(shape, re)| re.find(text).map(|m| (*shape, m.range())))
+        .min_by_key(|(_, r)| r.start)
+}
+
+/// Every credential-shaped range in `text`, merged and sorted.
+pub fn secret_ranges(text: &str) -> Vec<std::ops::Range<usize>> {
+    let mut ranges: Vec<_> = COMPILED
+        .iter()
+        .flat_map(|(_, re)| re.find_iter(text).map(|m| m.range()))
+        .collect();
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<std::ops::Range<usize>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+/// Field names that only ever hold a secret value (`password`, `token`, `apiKey`).
+pub fn is_secret_field_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase().replace(['_', '-'], "");
+    matches!(
+        lower.as_str(),
+        "value"
+            | "secret"
+            | "secretvalue"
+            | "password"
+            | "passwd"
+            | "token"
+            | "accesstoken"
+            | "apikey"
+            | "apitoken"
+            | "privatekey"
+            | "clientsecret"
+            | "secretaccesskey"
+            | "bearertoken"
+            | "data"
+            | "stringdata"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_each_shape() {
+        let samples = [
+            (
+                "github-token",
+                "token ghp_0123456789abcdefghijABCDEFGHIJ0123456789 end",
+            ),
+            ("aws-access-key-id", "AKIAIOSFODNN7EXAMPLE"),
+            ("slack-token", "xoxb-1234567890-abcdefghij"),
+            ("vault-token", "hvs.CAESIJ0123456789abcdefghijklmnop"),
+            ("private-key", "-----BEGIN RSA PRIVATE KEY-----\nMII"),
+            (
+                "jwt",
+                "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            ),
+            ("openai-key", "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"),
+            ("google-api-key", "AIzaSyA0123456789abcdefghijklmnopqrstuv"),
+            (
+                "bearer-credential",
+                "Authorization: Bearer abcdefghijklmnopqrstuvwxyz",
+            ),
+        ];
+        for (name, text) in samples {
+            let (shape, _) = find_secret_shape(text).unwrap_or_else(|| panic!("{name} not found"));
+            assert_eq!(shape.name, name, "{text}");
+        }
+    }
+
+    #[test]
+    fn ordinary_text_is_not_a_secret() {
+        for text in [
+            "secret/data/team-a/github",
+            "ghp_short",
+            "Bearer {{token}}",
+            "the quick brown fox",
+            "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(find_secret_shape(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn ranges_merge() {
+        let text = "a AKIAIOSFODNN7EXAMPLE b ghp_0123456789abcdefghijABCDEFGHIJ0123456789";
+        let r = secret_ranges(text);
+        assert_eq!(r.len(), 2);
+        assert_eq!(&text[r[0].clone()], "AKIAIOSFODNN7EXAMPLE");
+    }
+
+    #[test]
+    fn secret_field_names() {
+        assert!(is_secret_field_name("apiKey"));
+        assert!(is_secret_field_name("client_secret"));
+        assert!(!is_secret_field_name("path"));
+        assert!(!is_secret_field_name("field"));
+    }
+}

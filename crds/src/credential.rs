@@ -1,0 +1,161 @@
+//! CredentialBinding: whose identity a tool acts with, brokered from Vault.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::Condition;
+
+/// Names where a credential comes from (a Vault path or role), its scopes and TTL, and how it
+/// reaches the sandbox. It never holds a value: values leave the broker only into the sandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "kube",
+    derive(kube::CustomResource),
+    kube(
+        group = "toolgate.dev",
+        version = "v1alpha1",
+        kind = "CredentialBinding",
+        namespaced,
+        status = "CredentialBindingStatus",
+        shortname = "cb",
+        category = "toolgate",
+        doc = "Where a tool's credential comes from (Vault KV v2 or a dynamic secrets role), its scopes and TTL, and how it reaches the sandbox. Never a value.",
+        printcolumn(name = "Engine", type_ = "string", json_path = ".spec.vault.engine"),
+        printcolumn(name = "Path", type_ = "string", json_path = ".spec.vault.path"),
+        printcolumn(name = "Delivery", type_ = "string", json_path = ".spec.delivery.mode"),
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        ),
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.vault.engine != 'kv2' || has(self.vault.field)",
+        "message": "a kv2 binding must name the field of the secret to deliver (vault.field)",
+        "fieldPath": ".vault.field"
+    },
+    {
+        "rule": "self.vault.engine == 'kv2' || has(self.vault.role)",
+        "message": "a dynamic-secrets binding must name the role to issue from (vault.role)",
+        "fieldPath": ".vault.role"
+    },
+    {
+        "rule": "self.delivery.mode != 'env' || has(self.delivery.envName)",
+        "message": "delivery mode 'env' needs delivery.envName",
+        "fieldPath": ".delivery.envName"
+    }
+]))]
+pub struct CredentialBindingSpec {
+    /// The Vault location of the credential.
+    pub vault: VaultSource,
+    /// Scopes the credential carries; shown to approvers and checked against the tool's.
+    #[serde(default)]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 128),
+            regex(pattern = r"^[a-z0-9][a-z0-9:._*/-]*$")
+        )
+    )]
+    pub scopes: Vec<String>,
+    /// Lifetime of a brokered credential (lease TTL), in seconds.
+    #[schemars(range(min = 30, max = 86400))]
+    pub ttl_seconds: u32,
+    /// How the value reaches the sandbox.
+    pub delivery: CredentialDelivery,
+    /// Audience the credential is minted for, when the engine supports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub audience: Option<String>,
+}
+
+/// A Vault location.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VaultSource {
+    /// The secrets engine.
+    pub engine: VaultEngine,
+    /// Mount point of the engine (`secret`, `database`).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+    )]
+    pub mount: String,
+    /// Path of the secret under the mount (kv2), or the credentials path of a dynamic engine.
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(pattern = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+    )]
+    pub path: String,
+    /// The field of a kv2 secret to deliver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub field: Option<String>,
+    /// Role of a dynamic secrets engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub role: Option<String>,
+    /// Vault role the broker logs in with (Kubernetes auth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub auth_role: Option<String>,
+}
+
+/// Vault secrets engines toolgate brokers from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VaultEngine {
+    /// Key/value version 2 (static secrets).
+    Kv2,
+    /// Database dynamic credentials.
+    Database,
+    /// Any other dynamic engine reached by role (`aws`, `github`).
+    Dynamic,
+}
+
+/// How a credential reaches the sandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialDelivery {
+    /// `file` (mounted read-only, preferred) or `env` (needs the sandbox's secretEnvAllowed).
+    pub mode: DeliveryMode,
+    /// File name in the credentials directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    pub file_name: Option<String>,
+    /// Environment variable name for `env` delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub env_name: Option<String>,
+}
+
+/// How a credential reaches the sandbox.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// A read-only file.
+    File,
+    /// An environment variable.
+    Env,
+}
+
+/// Observed state of a CredentialBinding. Never holds a value or a lease id.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialBindingStatus {
+    /// The `.metadata.generation` the status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions (`Ready`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,45 @@
+//! The `toolgate.dev/v1alpha1` API.
+//!
+//! Spec and status types are plain serde + schemars types, so the pure core uses them without
+//! any Kubernetes dependency. With the `kube` feature the six kinds get their `CustomResource`
+//! wrappers and [`all_crds`] generates the CustomResourceDefinitions the API server enforces.
+#![forbid(unsafe_code)]
+
+pub mod approval;
+pub mod call;
+pub mod common;
+pub mod conditions;
+pub mod credential;
+pub mod descriptor;
+pub mod grant;
+pub mod sandbox;
+
+pub use approval::*;
+pub use call::*;
+pub use common::*;
+pub use credential::*;
+pub use descriptor::*;
+pub use grant::*;
+pub use sandbox::*;
+
+/// The API group.
+pub const GROUP: &str = "toolgate.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every toolgate object.
+pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
+
+/// The six kinds, in dependency order (what is referenced comes first).
+pub const KINDS: [&str; 6] = [
+    "SandboxPolicy",
+    "CredentialBinding",
+    "ToolDescriptor",
+    "ToolGrant",
+    "ToolCall",
+    "ToolApproval",
+];
+
+#[cfg(feature = "kube")]
+mod crdgen;
+#[cfg(feature = "kube")]
+pub use crdgen::*;
