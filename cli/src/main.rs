@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod crds_cmd;
+mod lint_cmd;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.
 #[derive(Parser)]
@@ -24,12 +25,23 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Check manifests (files or folders, multi-document YAML) against the CRD schemas and
+    /// toolgate's rules. Reports every problem; exits 1 if any is an error.
+    Lint {
+        /// Files or folders to check as one set (references resolve across them).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: lint_cmd::Format,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds { out } => crds_cmd::run(out.as_deref()),
+        Command::Lint { paths, output } => lint_cmd::run(&paths, output),
     };
     match result {
         Ok(code) => code,

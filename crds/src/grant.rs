@@ -35,7 +35,7 @@ use crate::common::{ActionType, Condition, RiskSeverity, RiskTier, Timestamp};
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.notBefore) || !has(self.expiresAt) || timestamp(self.expiresAt) > timestamp(self.notBefore)",
+        "rule": "!has(self.notBefore) || !has(self.expiresAt) || self.expiresAt > self.notBefore",
         "message": "expiresAt must be after notBefore",
         "fieldPath": ".expiresAt"
     },

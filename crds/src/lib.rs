@@ -4,6 +4,10 @@
 //! any Kubernetes dependency. With the `kube` feature the six kinds get their `CustomResource`
 //! wrappers and [`all_crds`] generates the CustomResourceDefinitions the API server enforces.
 #![forbid(unsafe_code)]
+#![allow(
+    clippy::duplicated_attributes,
+    reason = "each kube printcolumn(...) inside cfg_attr repeats `type_ = \"string\"`, which clippy mistakes for a duplicated attribute"
+)]
 
 pub mod approval;
 pub mod call;

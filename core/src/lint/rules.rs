@@ -181,7 +181,17 @@ pub(super) fn check_objects(
                         && args != a.args_digest
                     {
                         local.push((Severity::Warning, "spec.argsDigest".into(), "approval-void", format!(
-                            "the approval binds args {} but ToolCall/{} has args {args}: it would be void", a.args_digest, c.tool_ref.name)));
+                            "the approval binds args {} but ToolCall/{} has args {args}: it would be void", a.args_digest, a.call_ref.name)));
+                    }
+                    if let Some(Object {
+                        spec: Spec::ToolDescriptor(d),
+                        ..
+                    }) = set.find("ToolDescriptor", obj.meta.namespace(), &c.tool_ref.name)
+                        && let Ok(current) = digest::descriptor_digest(d)
+                        && current != a.tool_digest
+                    {
+                        local.push((Severity::Warning, "spec.toolDigest".into(), "approval-void", format!(
+                            "the approval binds tool version {} but ToolDescriptor/{} is now {current}: it would be void", a.tool_digest, c.tool_ref.name)));
                     }
                     if a.principal != c.principal {
                         local.push((Severity::Warning, "spec.principal".into(), "approval-void", format!(
@@ -228,55 +238,7 @@ fn descriptor(
     declared: &BTreeSet<(String, String, String)>,
     out: &mut Vec<Local>,
 ) {
-    // Schemas must be JSON Schema, and the input must describe an object.
-    match jsonschema::meta::validate(&d.schemas.input_schema) {
-        Err(e) => out.push((
-            Severity::Error,
-            "spec.schemas.inputSchema".into(),
-            "invalid-json-schema",
-            format!("not a valid JSON Schema: {e}"),
-        )),
-        Ok(()) => {
-            if d.schemas.input_schema.get("type") != Some(&Value::String("object".into())) {
-                out.push((
-                    Severity::Error,
-                    "spec.schemas.inputSchema.type".into(),
-                    "invalid-json-schema",
-                    format!(
-                        "expected \"object\" (tool args are a JSON object), found {}",
-                        d.schemas
-                            .input_schema
-                            .get("type")
-                            .map_or("nothing".into(), super::short_json)
-                    ),
-                ));
-            }
-            for (i, ex) in d.description.examples.iter().enumerate() {
-                for v in crate::args::validate_args(
-                    &d.schemas.input_schema,
-                    &ex.expected_args,
-                    &crate::args::ArgsLimits::default(),
-                )
-                .violations
-                {
-                    out.push((
-                        Severity::Error,
-                        format!("spec.description.examples[{i}].expectedArgs"),
-                        "example-args-invalid",
-                        format!(
-                            "{} at {}",
-                            v.message,
-                            if v.pointer.is_empty() {
-                                "/"
-                            } else {
-                                &v.pointer
-                            }
-                        ),
-                    ));
-                }
-            }
-        }
-    }
+    input_schema(d, out);
     for (field, schema) in [
         ("outputSchema", &d.schemas.output_schema),
         ("errorSchema", &d.schemas.error_schema),
@@ -288,7 +250,7 @@ fn descriptor(
                 Severity::Error,
                 format!("spec.schemas.{field}"),
                 "invalid-json-schema",
-                format!("not a valid JSON Schema: {e}"),
+                format!("not a valid JSON Schema at {}: {e}", schema_location(&e)),
             ));
         }
     }
@@ -532,5 +494,69 @@ impl std::str::FromStr for CidrCheck {
         let ip: std::net::IpAddr = addr.parse().map_err(|_| ())?;
         let max = if ip.is_ipv4() { 32 } else { 128 };
         if len > max { Err(()) } else { Ok(CidrCheck) }
+    }
+}
+
+/// The input schema must be JSON Schema describing an object, and the examples must fit it.
+fn input_schema(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
+    // Schemas must be JSON Schema, and the input must describe an object.
+    match jsonschema::meta::validate(&d.schemas.input_schema) {
+        Err(e) => out.push((
+            Severity::Error,
+            "spec.schemas.inputSchema".into(),
+            "invalid-json-schema",
+            format!("not a valid JSON Schema at {}: {e}", schema_location(&e)),
+        )),
+        Ok(()) => {
+            if d.schemas.input_schema.get("type") != Some(&Value::String("object".into())) {
+                out.push((
+                    Severity::Error,
+                    "spec.schemas.inputSchema.type".into(),
+                    "invalid-json-schema",
+                    format!(
+                        "expected \"object\" (tool args are a JSON object), found {}",
+                        d.schemas
+                            .input_schema
+                            .get("type")
+                            .map_or("nothing".into(), super::short_json)
+                    ),
+                ));
+                return;
+            }
+            for (i, ex) in d.description.examples.iter().enumerate() {
+                for v in crate::args::validate_args(
+                    &d.schemas.input_schema,
+                    &ex.expected_args,
+                    &crate::args::ArgsLimits::default(),
+                )
+                .violations
+                {
+                    out.push((
+                        Severity::Error,
+                        format!("spec.description.examples[{i}].expectedArgs"),
+                        "example-args-invalid",
+                        format!(
+                            "{} at {}",
+                            v.message,
+                            if v.pointer.is_empty() {
+                                "/"
+                            } else {
+                                &v.pointer
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Where in a JSON Schema a meta-schema error points (`/properties/path/type`).
+fn schema_location(e: &jsonschema::ValidationError<'_>) -> String {
+    let p = e.instance_path().as_str();
+    if p.is_empty() {
+        "/".into()
+    } else {
+        p.to_string()
     }
 }
