@@ -29,12 +29,7 @@ use crate::common::{
         printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
         printcolumn(name = "Risk", type_ = "string", json_path = ".spec.risk.level"),
         printcolumn(name = "Lifecycle", type_ = "string", json_path = ".status.lifecycle"),
-        printcolumn(
-            name = "Digest",
-            type_ = "string",
-            json_path = ".status.digest",
-            priority = "1"
-        ),
+        printcolumn(name = "Digest", type_ = "string", json_path = ".status.digest"),
         printcolumn(
             name = "Age",
             type_ = "date",
