@@ -45,8 +45,55 @@ impl ArgsReport {
     }
 }
 
-/// Validate args against a JSON Schema, after the size and depth limits.
+/// Validate args against a JSON Schema, after the size and depth limits. Compiles the schema;
+/// use [`validate_args_with`] with a compiled validator on hot paths.
 pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsReport {
+    if let Some(report) = check_limits(args, limits) {
+        return report;
+    }
+    match jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+    {
+        Ok(v) => validate_args_with(&v, args, limits),
+        Err(e) => ArgsReport {
+            violations: vec![Violation {
+                pointer: String::new(),
+                rule: "schema".into(),
+                message: format!("the tool's input schema is not valid JSON Schema: {e}"),
+            }],
+        },
+    }
+}
+
+/// Validate args with a compiled schema, after the size and depth limits.
+pub fn validate_args_with(
+    validator: &jsonschema::Validator,
+    args: &Value,
+    limits: &ArgsLimits,
+) -> ArgsReport {
+    if let Some(report) = check_limits(args, limits) {
+        return report;
+    }
+    let violations = validator
+        .iter_errors(args)
+        .map(|e| Violation {
+            pointer: e.instance_path().as_str().to_string(),
+            rule: e
+                .schema_path()
+                .as_str()
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    ArgsReport { violations }
+}
+
+/// Size, depth and shape, checked before any schema work.
+fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
     let mut violations = Vec::new();
     let size = serde_json::to_vec(args)
         .map(|v| v.len())
@@ -72,10 +119,7 @@ pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsR
             ),
         });
     }
-    if !violations.is_empty() {
-        return ArgsReport { violations };
-    }
-    if !args.is_object() {
+    if violations.is_empty() && !args.is_object() {
         violations.push(Violation {
             pointer: String::new(),
             rule: "type".into(),
@@ -84,37 +128,8 @@ pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsR
                 crate::lint::short_json(args)
             ),
         });
-        return ArgsReport { violations };
     }
-    let validator = match jsonschema::options()
-        .should_validate_formats(true)
-        .build(schema)
-    {
-        Ok(v) => v,
-        Err(e) => {
-            violations.push(Violation {
-                pointer: String::new(),
-                rule: "schema".into(),
-                message: format!("the tool's input schema is not valid JSON Schema: {e}"),
-            });
-            return ArgsReport { violations };
-        }
-    };
-    for e in validator.iter_errors(args) {
-        let rule = e
-            .schema_path()
-            .as_str()
-            .rsplit('/')
-            .next()
-            .unwrap_or("")
-            .to_string();
-        violations.push(Violation {
-            pointer: e.instance_path().as_str().to_string(),
-            rule,
-            message: e.to_string(),
-        });
-    }
-    ArgsReport { violations }
+    (!violations.is_empty()).then_some(ArgsReport { violations })
 }
 
 /// Nesting depth without recursion, so hostile input cannot exhaust the stack.

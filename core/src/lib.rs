@@ -3,10 +3,14 @@
 //! operator, the embedded runtime and the command line share.
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod args;
+pub mod decision;
 pub mod digest;
 pub mod lint;
 pub mod manifest;
+pub mod principal;
+pub mod registry;
 pub mod risk;
 pub mod secrets;
 pub mod template;

@@ -1,60 +1,20 @@
 //! Property tests: lint and args validation never panic, whatever the input, and every finding
 //! they produce says where and what.
 
-use std::path::Path;
+mod support;
+
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use serde_json::Value;
+use support::{linter, now};
 use toolgate_core::args::{ArgsLimits, validate_args};
-use toolgate_core::lint::{Linter, parse_yaml};
+use toolgate_core::lint::parse_yaml;
 use toolgate_core::manifest::RawManifest;
-
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-fn linter() -> &'static Linter {
-    static L: OnceLock<Linter> = OnceLock::new();
-    L.get_or_init(|| {
-        let mut schemas = Vec::new();
-        for entry in std::fs::read_dir(root().join("crds/generated")).expect("crds/generated") {
-            let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
-            let crd: Value = serde_norway::from_str(&text).expect("yaml");
-            let kind = crd["spec"]["names"]["kind"]
-                .as_str()
-                .expect("kind")
-                .to_string();
-            schemas.push((
-                kind,
-                crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone(),
-            ));
-        }
-        Linter::new(schemas.iter().map(|(k, s)| (k.as_str(), s))).expect("compile")
-    })
-}
 
 fn examples() -> &'static Vec<RawManifest> {
     static E: OnceLock<Vec<RawManifest>> = OnceLock::new();
-    E.get_or_init(|| {
-        let mut docs = Vec::new();
-        for dir in ["examples", "examples/tools", "examples/calls"] {
-            let mut files: Vec<_> = std::fs::read_dir(root().join(dir))
-                .expect("dir")
-                .map(|e| e.expect("e").path())
-                .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-                .collect();
-            files.sort();
-            for f in files {
-                docs.extend(parse_yaml("x", &std::fs::read_to_string(f).expect("read")).0);
-            }
-        }
-        docs
-    })
-}
-
-fn now() -> jiff::Timestamp {
-    "2026-11-30T00:00:00Z".parse().expect("time")
+    E.get_or_init(support::examples)
 }
 
 fn json_value() -> impl Strategy<Value = Value> {

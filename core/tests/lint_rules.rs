@@ -4,62 +4,13 @@
 //! The schemas are the committed generated CRDs (a drift test in `crds` keeps them equal to the
 //! types), so these tests check the same schema the API server enforces.
 
-use std::path::Path;
+mod support;
 
 use serde_json::{Value, json};
-use toolgate_core::lint::{Finding, LintReport, Linter, Severity, parse_yaml};
+use toolgate_core::lint::{Finding, LintReport, Severity};
 use toolgate_core::manifest::RawManifest;
 
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-fn linter() -> Linter {
-    let mut schemas = Vec::new();
-    for entry in std::fs::read_dir(root().join("crds/generated")).expect("crds/generated") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read crd");
-        let crd: Value = serde_norway::from_str(&text).expect("crd yaml");
-        let kind = crd["spec"]["names"]["kind"]
-            .as_str()
-            .expect("kind")
-            .to_string();
-        schemas.push((
-            kind,
-            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone(),
-        ));
-    }
-    Linter::new(schemas.iter().map(|(k, s)| (k.as_str(), s))).expect("schemas compile")
-}
-
-fn examples() -> Vec<RawManifest> {
-    let mut docs = Vec::new();
-    let mut stack = vec![root().join("examples")];
-    let mut files = Vec::new();
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(dir).expect("examples") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "yaml") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    for f in files {
-        let (d, findings) = parse_yaml(
-            &f.display().to_string(),
-            &std::fs::read_to_string(&f).expect("read"),
-        );
-        assert!(findings.is_empty(), "{findings:?}");
-        docs.extend(d);
-    }
-    docs
-}
-
-fn now() -> jiff::Timestamp {
-    "2026-11-30T00:00:00Z".parse().expect("time")
-}
+use support::{examples, linter, now};
 
 fn lint(docs: Vec<RawManifest>) -> LintReport {
     linter().lint(docs, now())

@@ -13,6 +13,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::manifest::{Meta, Object, ObjectSet, Origin, RawManifest, Spec};
+pub use rules::{Local, descriptor_findings};
 pub use schema::{KindSchema, SchemaSetupError};
 
 /// How bad a finding is. Errors fail `toolgate lint`; warnings do not.

@@ -11,7 +11,25 @@ use super::{Finding, Severity, join_path};
 use crate::manifest::{Object, ObjectSet, Spec};
 use crate::{digest, risk, secrets, template};
 
-type Local = (Severity, String, &'static str, String);
+/// One finding of an object: severity, field path, code, message.
+pub type Local = (Severity, String, &'static str, String);
+
+/// The descriptor rules alone, for registration: references resolve against `set`.
+pub fn descriptor_findings(obj: &Object, d: &ToolDescriptorSpec, set: &ObjectSet) -> Vec<Local> {
+    let declared: BTreeSet<(String, String, String)> = set
+        .iter()
+        .map(|o| {
+            (
+                o.spec.kind().to_string(),
+                o.meta.namespace().to_string(),
+                o.meta.name.clone(),
+            )
+        })
+        .collect();
+    let mut out = Vec::new();
+    descriptor(obj, d, set, &declared, &mut out);
+    out
+}
 
 /// Report credential values anywhere in a document. Returns the paths reported, so the schema
 /// check does not explain the same field a second time.

@@ -1,0 +1,577 @@
+//! Policy decisions: may this principal make this call, now, and does a human have to approve?
+//!
+//! Deterministic: the same inputs give the same decision. Args are validated first (invariant 3)
+//! and the result is part of the decision record; nothing here executes anything (invariant 4).
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use toolgate_crds::{
+    ApprovalDecision, ApprovalOverrideMode, ApprovalPolicy, Authorization, DecisionOutcome,
+    DecisionReason, LocalObjectRef, RiskSeverity, RiskTier, ToolApprovalSpec, ToolCallSpec,
+    ToolGrantSpec, TrustLevel,
+};
+
+use crate::approval::{ApprovalSubject, check_approval};
+use crate::args::{ArgsLimits, ArgsReport, Violation, validate_args_with};
+use crate::digest;
+use crate::principal::Principal;
+use crate::registry::{GrantEntry, RegisteredTool, Registry};
+
+/// The scope a grant must give for workspace writes (L2).
+pub const WORKSPACE_WRITE_SCOPE: &str = "workspace:write";
+
+/// One reason of a decision, with a stable machine code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    /// Stable code (`grant-matched`).
+    pub code: &'static str,
+    /// What a person reads.
+    pub message: String,
+}
+
+/// A policy decision and everything it was based on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// allow, requireApproval or deny.
+    pub outcome: DecisionOutcome,
+    /// The tool's tier, when the tool was found.
+    pub risk_tier: Option<RiskTier>,
+    /// The tool's declared level, when the tool was found.
+    pub risk_level: Option<RiskSeverity>,
+    /// The tool digest the call was decided against.
+    pub tool_digest: Option<String>,
+    /// The digest of the canonical args.
+    pub args_digest: Option<String>,
+    /// The args validation result.
+    pub args_violations: Vec<ViolationRecord>,
+    /// The grant that matched.
+    pub grant: Option<String>,
+    /// The approval that authorized or denied the call.
+    pub approval: Option<String>,
+    /// Required scopes no live grant gives.
+    pub missing_scopes: Vec<String>,
+    /// Why, in order.
+    pub reasons: Vec<Reason>,
+}
+
+/// An args violation in a decision record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ViolationRecord {
+    /// JSON pointer.
+    pub pointer: String,
+    /// Rule broken.
+    pub rule: String,
+    /// Expected and found.
+    pub message: String,
+}
+
+impl From<Violation> for ViolationRecord {
+    fn from(v: Violation) -> Self {
+        ViolationRecord {
+            pointer: v.pointer,
+            rule: v.rule,
+            message: v.message,
+        }
+    }
+}
+
+impl Decision {
+    fn new() -> Self {
+        Decision {
+            outcome: DecisionOutcome::Deny,
+            risk_tier: None,
+            risk_level: None,
+            tool_digest: None,
+            args_digest: None,
+            args_violations: Vec::new(),
+            grant: None,
+            approval: None,
+            missing_scopes: Vec::new(),
+            reasons: Vec::new(),
+        }
+    }
+
+    fn because(&mut self, code: &'static str, message: impl Into<String>) {
+        self.reasons.push(Reason {
+            code,
+            message: message.into(),
+        });
+    }
+
+    fn deny(mut self, code: &'static str, message: impl Into<String>) -> Self {
+        self.outcome = DecisionOutcome::Deny;
+        self.because(code, message);
+        self
+    }
+
+    /// The reason codes, in order.
+    pub fn codes(&self) -> Vec<&'static str> {
+        self.reasons.iter().map(|r| r.code).collect()
+    }
+
+    /// The status form of the decision.
+    pub fn authorization(&self, now: Timestamp) -> Option<Authorization> {
+        Some(Authorization {
+            decision: self.outcome,
+            risk_tier: self.risk_tier?,
+            risk_level: self.risk_level?,
+            grant_ref: self.grant.clone().map(|name| LocalObjectRef { name }),
+            approval_ref: self.approval.clone().map(|name| LocalObjectRef { name }),
+            missing_scopes: self.missing_scopes.clone(),
+            reasons: self
+                .reasons
+                .iter()
+                .map(|r| DecisionReason {
+                    code: r.code.into(),
+                    message: r.message.clone(),
+                })
+                .collect(),
+            decided_at: Some(toolgate_crds::Timestamp(now)),
+        })
+    }
+}
+
+/// A call to decide on.
+#[derive(Debug, Clone, Copy)]
+pub struct CallUnderReview<'a> {
+    /// Namespace of the call.
+    pub namespace: &'a str,
+    /// Name of the call.
+    pub name: &'a str,
+    /// The spec.
+    pub spec: &'a ToolCallSpec,
+    /// The authenticated principal (never the spec's claim alone).
+    pub principal: &'a Principal,
+}
+
+/// An approval with whether it was already used.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalEntry<'a> {
+    /// Name of the approval.
+    pub name: &'a str,
+    /// The spec.
+    pub spec: &'a ToolApprovalSpec,
+    /// Whether an allowOnce approval was already used.
+    pub consumed: bool,
+}
+
+/// Decide against the registry: look up the tool and the principal's grants, then [`decide`].
+pub fn decide_in(
+    registry: &Registry,
+    call: &CallUnderReview<'_>,
+    approvals: &[ApprovalEntry<'_>],
+    now: Timestamp,
+    limits: &ArgsLimits,
+) -> Decision {
+    let tool = registry.tool(call.namespace, &call.spec.tool_ref.name);
+    let grants = registry.grants_for(call.namespace, call.principal);
+    decide(call, tool, &grants, approvals, now, limits)
+}
+
+/// Decide on a call. `grants` are the grants of the call's namespace whose subjects include the
+/// principal (the registry's index finds them); `approvals` those that may bind the call.
+pub fn decide(
+    call: &CallUnderReview<'_>,
+    tool: Option<&RegisteredTool>,
+    grants: &[&GrantEntry],
+    approvals: &[ApprovalEntry<'_>],
+    now: Timestamp,
+    limits: &ArgsLimits,
+) -> Decision {
+    let mut d = Decision::new();
+    let spec = call.spec;
+
+    // Invariant 1: a registered, enabled tool version.
+    let Some(tool) = tool else {
+        return d.deny(
+            "tool-not-found",
+            format!(
+                "no tool {:?} is registered in namespace {}",
+                spec.tool_ref.name, call.namespace
+            ),
+        );
+    };
+    d.risk_tier = Some(tool.tier);
+    d.risk_level = Some(tool.spec.risk.level);
+    d.tool_digest = Some(tool.digest.clone());
+
+    // Invariant 3: args before policy.
+    d.args_digest = digest::json_digest(&spec.args).ok();
+    let report: ArgsReport = match &tool.input_validator {
+        Some(v) => validate_args_with(v, &spec.args, limits),
+        None => ArgsReport {
+            violations: vec![Violation {
+                pointer: String::new(),
+                rule: "schema".into(),
+                message: "the tool's input schema does not compile".into(),
+            }],
+        },
+    };
+    if !report.is_valid() {
+        let n = report.violations.len();
+        d.args_violations = report.violations.into_iter().map(Into::into).collect();
+        let first = &d.args_violations[0];
+        let at = if first.pointer.is_empty() {
+            "/".to_string()
+        } else {
+            first.pointer.clone()
+        };
+        let msg = format!("{n} args violation(s); first at {at}: {}", first.message);
+        return d.deny("args-invalid", msg);
+    }
+    d.because(
+        "args-valid",
+        format!("args satisfy the input schema of {}", tool.name),
+    );
+
+    if !tool.is_callable() {
+        return d.deny(
+            "tool-not-enabled",
+            format!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
+        );
+    }
+    match &spec.tool_ref.digest {
+        Some(pinned) if *pinned != tool.digest => {
+            return d.deny(
+                "tool-digest-mismatch",
+                format!(
+                    "the call pins {} but {} is now {}: fetch a new tool view",
+                    pinned, tool.name, tool.digest
+                ),
+            );
+        }
+        Some(_) => d.because(
+            "tool-version-pinned",
+            format!("{} at {}", tool.name, tool.digest),
+        ),
+        None => d.because(
+            "tool-version-resolved",
+            format!(
+                "no digest pinned; decided against the current version {}",
+                tool.digest
+            ),
+        ),
+    }
+    if tool.spec.provenance.trust_level == TrustLevel::Untrusted {
+        return d.deny(
+            "untrusted-provenance",
+            format!(
+                "{} has untrusted provenance and is never allowed",
+                tool.name
+            ),
+        );
+    }
+    if !tool
+        .spec
+        .intent
+        .action_types
+        .contains(&spec.intent.action_type)
+    {
+        return d.deny(
+            "action-type-mismatch",
+            format!(
+                "the intent says {} but {} only does {}",
+                spec.intent.action_type,
+                tool.name,
+                tool.spec
+                    .intent
+                    .action_types
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    let perms = &tool.spec.permissions;
+    if perms.blocked_principals.contains(&call.principal.name) {
+        return d.deny(
+            "principal-blocked",
+            format!("{} is blocked from {}", call.principal, tool.name),
+        );
+    }
+    if !perms.allowed_principals.is_empty()
+        && !perms.allowed_principals.contains(&call.principal.name)
+    {
+        return d.deny(
+            "principal-not-allowed",
+            format!(
+                "{} is not among the principals allowed to call {}",
+                call.principal, tool.name
+            ),
+        );
+    }
+
+    // A live grant that covers the tool and gives its scopes.
+    let covering: Vec<&GrantEntry> = grants
+        .iter()
+        .copied()
+        .filter(|g| g.namespace == call.namespace && covers(&g.spec, tool))
+        .collect();
+    if covering.is_empty() {
+        return d.deny(
+            "no-grant",
+            format!(
+                "no grant in {} gives {} the tool {}",
+                call.namespace, call.principal, tool.name
+            ),
+        );
+    }
+    let mut live = Vec::new();
+    let mut dead = Vec::new();
+    for g in &covering {
+        match liveness(g, now) {
+            Ok(()) => live.push(*g),
+            Err((code, msg)) => dead.push((code, msg)),
+        }
+    }
+    if live.is_empty() {
+        let (code, msg) = dead
+            .into_iter()
+            .next()
+            .unwrap_or(("no-grant", String::new()));
+        return d.deny(code, msg);
+    }
+    let mut required: Vec<String> = perms.required_scopes.clone();
+    if tool.tier == RiskTier::L2 && !required.iter().any(|s| s == WORKSPACE_WRITE_SCOPE) {
+        required.push(WORKSPACE_WRITE_SCOPE.into());
+    }
+    if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
+        return d.deny("scopes-undeclared", format!("{} is {} ({}) but declares no required scopes; such a tool is never granted implicitly", tool.name, tool.tier, tool.tier.label()));
+    }
+    let mut best: Option<(&GrantEntry, Vec<String>)> = None;
+    for g in &live {
+        let missing: Vec<String> = required
+            .iter()
+            .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
+            .cloned()
+            .collect();
+        if best.as_ref().is_none_or(|(_, m)| missing.len() < m.len()) {
+            best = Some((g, missing));
+        }
+    }
+    let Some((grant, missing)) = best else {
+        return d.deny("no-grant", "no live grant");
+    };
+    if !missing.is_empty() {
+        d.missing_scopes = missing.clone();
+        return d.deny(
+            "missing-scopes",
+            format!(
+                "grant {} lacks scope(s) {} that {} requires",
+                grant.name,
+                missing.join(", "),
+                tool.name
+            ),
+        );
+    }
+    d.grant = Some(grant.name.clone());
+    d.because(
+        "grant-matched",
+        format!(
+            "grant {} gives {} the tool {} with scopes [{}]",
+            grant.name,
+            call.principal.short_name(),
+            tool.name,
+            required.join(", ")
+        ),
+    );
+
+    // Does a human have to approve?
+    let dry_run = spec.dry_run && tool.spec.effects.dry_run_supported;
+    let (needs, why) = approval_needed(tool, &grant.spec, dry_run);
+    d.because(
+        if needs {
+            "approval-required"
+        } else {
+            "approval-not-required"
+        },
+        why,
+    );
+    if !needs {
+        d.outcome = DecisionOutcome::Allow;
+        return d;
+    }
+    let args_digest = d.args_digest.clone().unwrap_or_default();
+    let subject = ApprovalSubject {
+        call_name: call.name,
+        session_id: spec.session_id.as_deref(),
+        args_digest: &args_digest,
+        tool_digest: &tool.digest,
+        tier: tool.tier,
+        scopes: &perms.required_scopes,
+        principal: &call.principal.name,
+    };
+    let mut sorted: Vec<&ApprovalEntry<'_>> = approvals.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(b.name));
+    let mut granted = None;
+    for a in sorted {
+        match check_approval(a.spec, a.consumed, &subject, now) {
+            Ok(()) if a.spec.decision == ApprovalDecision::Deny => {
+                d.approval = Some(a.name.to_string());
+                return d.deny(
+                    "approval-denied",
+                    format!("{} denied the call ({})", a.spec.approver, a.name),
+                );
+            }
+            Ok(()) => {
+                if granted.is_none() {
+                    granted = Some(a);
+                }
+            }
+            Err(void) => d.because(void.code(), format!("approval {} is void: {void}", a.name)),
+        }
+    }
+    match granted {
+        Some(a) => {
+            d.approval = Some(a.name.to_string());
+            d.because(
+                "approval-granted",
+                format!(
+                    "{} approved ({:?}) until {}",
+                    a.spec.approver, a.spec.decision, a.spec.expires_at
+                ),
+            );
+            d.outcome = DecisionOutcome::Allow;
+        }
+        None => d.outcome = DecisionOutcome::RequireApproval,
+    }
+    d
+}
+
+/// Whether a grant's tool selection covers a tool.
+pub fn covers(grant: &ToolGrantSpec, tool: &RegisteredTool) -> bool {
+    if grant.tools.names.contains(&tool.name) {
+        return true;
+    }
+    let Some(sel) = &grant.tools.selector else {
+        return false;
+    };
+    (sel.action_types.is_empty()
+        || tool
+            .spec
+            .intent
+            .action_types
+            .iter()
+            .all(|a| sel.action_types.contains(a)))
+        && sel.max_risk.is_none_or(|m| tool.spec.risk.level <= m)
+        && sel.max_tier.is_none_or(|m| tool.tier <= m)
+        && sel
+            .match_labels
+            .iter()
+            .all(|(k, v)| tool.labels.get(k) == Some(v))
+}
+
+/// Whether a grant is usable now, or why not.
+pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, String)> {
+    if g.spec.revoked {
+        return Err(("grant-revoked", format!("grant {} is revoked", g.name)));
+    }
+    if let Some(nb) = g.spec.not_before
+        && now < nb.0
+    {
+        return Err((
+            "grant-not-yet-valid",
+            format!("grant {} is valid from {nb}", g.name),
+        ));
+    }
+    if let Some(exp) = g.spec.expires_at
+        && now >= exp.0
+    {
+        return Err((
+            "grant-expired",
+            format!("grant {} expired at {exp}", g.name),
+        ));
+    }
+    if let Some(b) = &g.spec.budget {
+        if let Some(max) = b.max_calls
+            && g.usage.calls_total >= max
+        {
+            return Err((
+                "budget-exhausted",
+                format!("grant {} used its {max} calls", g.name),
+            ));
+        }
+        if let Some(max) = b.max_calls_per_hour
+            && g.usage.calls_last_hour >= max
+        {
+            return Err((
+                "budget-exhausted",
+                format!("grant {} used its {max} calls for this hour", g.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `github:*` covers `github:issues:write`; `*` covers everything; otherwise equality.
+pub fn scope_covers(have: &str, want: &str) -> bool {
+    have == want
+        || have == "*"
+        || have
+            .strip_suffix('*')
+            .is_some_and(|prefix| want.starts_with(prefix))
+}
+
+/// Whether a call of this tool needs approval under this grant, and why.
+///
+/// Defaults by tier (DESIGN.md): L0–L3 run; L4 and L5 need approval. The descriptor's policy
+/// can ask for more (`always`) but `never` does not waive the tier default; only a grant can
+/// (invariant 5), up to L4, and never for a descriptor that says `always`. A dry run of a tool
+/// that supports one changes nothing, so it needs no approval unless the policy is `always`.
+pub fn approval_needed(
+    tool: &RegisteredTool,
+    grant: &ToolGrantSpec,
+    dry_run: bool,
+) -> (bool, String) {
+    let policy = tool.spec.permissions.approval_policy;
+    if policy == ApprovalPolicy::Always {
+        return (
+            true,
+            format!("{} requires approval for every call", tool.name),
+        );
+    }
+    if grant.approval.mode == ApprovalOverrideMode::Always {
+        return (true, "the grant requires approval for every call".into());
+    }
+    if dry_run {
+        return (false, "a dry run changes nothing".into());
+    }
+    let tier_needs = tool.tier >= RiskTier::L4;
+    if !tier_needs {
+        return (
+            false,
+            format!(
+                "{} ({}) runs without approval",
+                tool.tier,
+                tool.tier.label()
+            ),
+        );
+    }
+    if grant.approval.mode == ApprovalOverrideMode::Waive {
+        let cap = grant
+            .approval
+            .max_waived_tier
+            .unwrap_or(RiskTier::L4)
+            .min(RiskTier::L4);
+        if tool.tier <= cap {
+            return (false, format!("the grant waives approval up to {cap}"));
+        }
+    }
+    (
+        true,
+        format!(
+            "{} ({}) needs a human approval",
+            tool.tier,
+            tool.tier.label()
+        ),
+    )
+}
+
+/// Distinct, sorted scopes (for messages and approvals).
+pub fn scope_set(scopes: &[String]) -> BTreeSet<&str> {
+    scopes.iter().map(String::as_str).collect()
+}

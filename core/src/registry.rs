@@ -1,0 +1,326 @@
+//! Descriptor registration (lint → lifecycle and digest) and the indexed registry of tools and
+//! grants that decisions and views read. Indexes keep the cost of a decision independent of how
+//! many tools and grants exist.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use toolgate_crds::{
+    ActionType, Lifecycle, LintFinding, RiskTier, ToolDescriptorSpec, ToolGrantSpec, TrustLevel,
+};
+
+use crate::lint::{Severity, descriptor_findings};
+use crate::manifest::{Object, ObjectSet, Spec};
+use crate::principal::{Principal, subject_key};
+use crate::{digest, risk};
+
+/// A descriptor after registration.
+#[derive(Debug, Clone)]
+pub struct RegisteredTool {
+    /// Namespace of the descriptor.
+    pub namespace: String,
+    /// Object name (what grants and calls use).
+    pub name: String,
+    /// Labels (grant selectors match them).
+    pub labels: BTreeMap<String, String>,
+    /// The spec.
+    pub spec: Arc<ToolDescriptorSpec>,
+    /// Registration lifecycle.
+    pub lifecycle: Lifecycle,
+    /// Content digest of the spec.
+    pub digest: String,
+    /// Computed tier.
+    pub tier: RiskTier,
+    /// Why the lifecycle is what it is.
+    pub findings: Vec<LintFinding>,
+    /// The compiled input schema, when it compiles.
+    pub input_validator: Option<Arc<jsonschema::Validator>>,
+    /// Words of the name, summary and use-when hints, for ranking.
+    pub positive_terms: BTreeSet<String>,
+    /// Words of the do-not-use-when and negative hints, for ranking.
+    pub negative_terms: BTreeSet<String>,
+}
+
+impl RegisteredTool {
+    /// Whether calls may run: enabled or deprecated (still callable, ranked last).
+    pub fn is_callable(&self) -> bool {
+        matches!(self.lifecycle, Lifecycle::Enabled | Lifecycle::Deprecated)
+    }
+}
+
+/// Register a descriptor: lint it against the objects it refers to, decide its lifecycle and
+/// compute its digest.
+pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> RegisteredTool {
+    let findings = descriptor_findings(obj, spec, set);
+    let lifecycle = lifecycle_of(spec, &findings);
+    let digest = digest::descriptor_digest(spec).unwrap_or_else(|_| digest::sha256(b""));
+    let input_validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&spec.schemas.input_schema)
+        .ok()
+        .map(Arc::new);
+    let mut positive_terms = terms(&spec.canonical_name);
+    positive_terms.extend(terms(&spec.description.summary));
+    for s in spec.description.use_when.iter().chain(&spec.intent.domains) {
+        positive_terms.extend(terms(s));
+    }
+    let mut negative_terms = BTreeSet::new();
+    for s in spec
+        .description
+        .do_not_use_when
+        .iter()
+        .chain(&spec.intent.negative_intent_hints)
+    {
+        negative_terms.extend(terms(s));
+    }
+    negative_terms.retain(|t| !positive_terms.contains(t));
+    RegisteredTool {
+        namespace: obj.meta.namespace().to_string(),
+        name: obj.meta.name.clone(),
+        labels: obj.meta.labels.clone(),
+        spec: Arc::new(spec.clone()),
+        lifecycle,
+        digest,
+        tier: risk::descriptor_tier(spec),
+        findings: findings
+            .into_iter()
+            .map(|(_, path, code, message)| LintFinding {
+                code: code.into(),
+                path,
+                message,
+            })
+            .collect(),
+        input_validator,
+        positive_terms,
+        negative_terms,
+    }
+}
+
+/// The lifecycle a descriptor's findings put it in. Errors decide the failure state; the most
+/// fundamental problem wins (a broken schema before a permission problem before a sandbox one).
+pub fn lifecycle_of(spec: &ToolDescriptorSpec, findings: &[crate::lint::Local]) -> Lifecycle {
+    if spec.disabled {
+        return Lifecycle::Disabled;
+    }
+    if spec.provenance.trust_level == TrustLevel::Untrusted {
+        return Lifecycle::Blocked;
+    }
+    let errors: Vec<(&str, &str)> = findings
+        .iter()
+        .filter(|(s, ..)| *s == Severity::Error)
+        .map(|(_, path, code, _)| (path.as_str(), *code))
+        .collect();
+    let any = |pred: &dyn Fn(&str, &str) -> bool| errors.iter().any(|(p, c)| pred(p, c));
+    if any(&|_, c| {
+        matches!(
+            c,
+            "invalid-json-schema"
+                | "example-args-invalid"
+                | "template-unknown-arg"
+                | "template-syntax"
+        )
+    }) {
+        return Lifecycle::InvalidSchema;
+    }
+    if any(&|p, c| p.starts_with("spec.sandboxPolicyRef") || c.starts_with("sandbox-")) {
+        return Lifecycle::SandboxLintFailed;
+    }
+    if !errors.is_empty() {
+        return Lifecycle::PermissionLintFailed;
+    }
+    if spec.deprecation.is_some() {
+        return Lifecycle::Deprecated;
+    }
+    Lifecycle::Enabled
+}
+
+/// Lowercase words of at least two characters, split on anything that is not alphanumeric.
+pub fn terms(text: &str) -> BTreeSet<String> {
+    const STOP: &[&str] = &[
+        "a", "an", "and", "the", "of", "or", "to", "in", "on", "for", "it", "is", "use", "with",
+        "by", "as", "at", "be", "this", "that", "you", "not", "do",
+    ];
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 2)
+        .map(str::to_lowercase)
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .collect()
+}
+
+/// A grant with the usage that counts against its budget.
+#[derive(Debug, Clone)]
+pub struct GrantEntry {
+    /// Namespace of the grant.
+    pub namespace: String,
+    /// Name of the grant.
+    pub name: String,
+    /// The spec.
+    pub spec: Arc<ToolGrantSpec>,
+    /// Calls counted so far.
+    pub usage: GrantUsage,
+}
+
+/// Calls counted against a grant's budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrantUsage {
+    /// Over the grant's lifetime.
+    pub calls_total: u64,
+    /// In the last hour.
+    pub calls_last_hour: u64,
+}
+
+/// Tools and grants, indexed by namespace, name, action type and subject.
+#[derive(Debug, Default, Clone)]
+pub struct Registry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<(String, String), usize>,
+    by_action: HashMap<(String, ActionType), Vec<usize>>,
+    by_namespace: HashMap<String, Vec<usize>>,
+    grants: Vec<GrantEntry>,
+    grants_by_subject: HashMap<(String, String), Vec<usize>>,
+}
+
+impl Registry {
+    /// Register every descriptor and index every grant of a checked object set.
+    pub fn from_objects(set: &ObjectSet) -> Self {
+        let mut r = Registry::default();
+        for obj in set.iter() {
+            match &obj.spec {
+                Spec::ToolDescriptor(d) => r.add_tool(register(obj, d, set)),
+                Spec::ToolGrant(g) => r.add_grant(GrantEntry {
+                    namespace: obj.meta.namespace().to_string(),
+                    name: obj.meta.name.clone(),
+                    spec: Arc::new((**g).clone()),
+                    usage: GrantUsage::default(),
+                }),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// Add a registered tool (a later one with the same name replaces the earlier).
+    pub fn add_tool(&mut self, tool: RegisteredTool) {
+        let key = (tool.namespace.clone(), tool.name.clone());
+        if let Some(&i) = self.by_name.get(&key) {
+            self.tools[i] = tool;
+            self.reindex_tools();
+            return;
+        }
+        let i = self.tools.len();
+        for a in &tool.spec.intent.action_types {
+            self.by_action
+                .entry((tool.namespace.clone(), *a))
+                .or_default()
+                .push(i);
+        }
+        self.by_namespace
+            .entry(tool.namespace.clone())
+            .or_default()
+            .push(i);
+        self.by_name.insert(key, i);
+        self.tools.push(tool);
+    }
+
+    fn reindex_tools(&mut self) {
+        let tools = std::mem::take(&mut self.tools);
+        self.by_name.clear();
+        self.by_action.clear();
+        self.by_namespace.clear();
+        for t in tools {
+            self.add_tool(t);
+        }
+    }
+
+    /// Add a grant.
+    pub fn add_grant(&mut self, grant: GrantEntry) {
+        let i = self.grants.len();
+        for s in &grant.spec.subjects {
+            self.grants_by_subject
+                .entry((grant.namespace.clone(), subject_key(s, &grant.namespace)))
+                .or_default()
+                .push(i);
+        }
+        self.grants.push(grant);
+    }
+
+    /// Set the usage of a grant (from status or the local store).
+    pub fn set_usage(&mut self, namespace: &str, name: &str, usage: GrantUsage) {
+        for g in self
+            .grants
+            .iter_mut()
+            .filter(|g| g.namespace == namespace && g.name == name)
+        {
+            g.usage = usage;
+        }
+    }
+
+    /// A tool by namespace and name.
+    pub fn tool(&self, namespace: &str, name: &str) -> Option<&RegisteredTool> {
+        self.by_name
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|&i| &self.tools[i])
+    }
+
+    /// Every tool of a namespace, in registration order.
+    pub fn tools_in(&self, namespace: &str) -> impl Iterator<Item = &RegisteredTool> {
+        self.by_namespace
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.tools[i])
+    }
+
+    /// Tools of a namespace that declare an action type.
+    pub fn tools_for_action(
+        &self,
+        namespace: &str,
+        action: ActionType,
+    ) -> impl Iterator<Item = &RegisteredTool> {
+        self.by_action
+            .get(&(namespace.to_string(), action))
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.tools[i])
+    }
+
+    /// Every tool.
+    pub fn tools(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.iter()
+    }
+
+    /// Every grant.
+    pub fn grants(&self) -> impl Iterator<Item = &GrantEntry> {
+        self.grants.iter()
+    }
+
+    /// The grants of a namespace whose subjects include the principal, sorted by name.
+    pub fn grants_for(&self, namespace: &str, principal: &Principal) -> Vec<&GrantEntry> {
+        let mut idx: Vec<usize> = principal
+            .subject_keys()
+            .into_iter()
+            .filter_map(|k| self.grants_by_subject.get(&(namespace.to_string(), k)))
+            .flatten()
+            .copied()
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let mut out: Vec<&GrantEntry> = idx.into_iter().map(|i| &self.grants[i]).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_drop_stop_words_and_case() {
+        let t = terms("Run the Test-suite for one file");
+        assert!(
+            t.contains("run") && t.contains("test") && t.contains("suite") && t.contains("file")
+        );
+        assert!(!t.contains("the") && !t.contains("for"));
+    }
+}
