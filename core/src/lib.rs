@@ -10,6 +10,7 @@ pub mod digest;
 pub mod lint;
 pub mod manifest;
 pub mod principal;
+pub mod redact;
 pub mod registry;
 pub mod risk;
 pub mod secrets;

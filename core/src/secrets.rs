@@ -61,6 +61,11 @@ static COMPILED: LazyLock<Vec<(SecretShape, Regex)>> = LazyLock::new(|| {
         .collect()
 });
 
+/// Every shape as `(name, regex source)`, for matchers over bytes.
+pub fn shape_patterns() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SHAPES.iter().map(|s| (s.name, s.pattern))
+}
+
 /// The first credential shape found in `text`, with its byte range.
 pub fn find_secret_shape(text: &str) -> Option<(SecretShape, std::ops::Range<usize>)> {
     COMPILED

@@ -1,0 +1,109 @@
+//! Properties of digests and redaction.
+
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+use toolgate_core::digest::json_digest;
+use toolgate_core::redact::Redactor;
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(Value::from),
+        (-1.0e9f64..1.0e9)
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        "[a-z é😀\"\\\\]{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 5, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z]{1,6}", inner, 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// The same value with every object's keys in reverse order.
+fn reorder(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.reverse();
+            let mut out = Map::new();
+            for k in keys {
+                out.insert(k.clone(), reorder(&m[k]));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(reorder).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Change one leaf of the value (the first found, depth-first).
+fn change_one_leaf(v: &mut Value) -> bool {
+    match v {
+        Value::Object(m) => m.values_mut().any(change_one_leaf),
+        Value::Array(a) => a.iter_mut().any(change_one_leaf),
+        Value::Null => {
+            *v = Value::Bool(false);
+            true
+        }
+        Value::Bool(b) => {
+            *b = !*b;
+            true
+        }
+        Value::Number(n) => {
+            *v = Value::from(n.as_f64().unwrap_or(0.0) + 1.0);
+            true
+        }
+        Value::String(s) => {
+            s.push('x');
+            true
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn digest_ignores_key_order_and_whitespace(v in json_value()) {
+        let d = json_digest(&v).unwrap();
+        prop_assert_eq!(&d, &json_digest(&reorder(&v)).unwrap());
+        let pretty: Value = serde_json::from_str(&serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        prop_assert_eq!(&d, &json_digest(&pretty).unwrap());
+    }
+
+    #[test]
+    fn digest_changes_with_any_value(v in json_value()) {
+        let mut changed = v.clone();
+        if change_one_leaf(&mut changed) && changed != v {
+            prop_assert_ne!(json_digest(&v).unwrap(), json_digest(&changed).unwrap());
+        }
+    }
+
+    #[test]
+    fn streamed_redaction_never_leaks_and_matches_one_shot(
+        before in "[a-z \n]{0,6000}",
+        after in "[a-z \n]{0,300}",
+        cuts in prop::collection::vec(0usize..7000, 0..6),
+    ) {
+        let canary = "Canary-Secret-91c2";
+        let r = Redactor::new([canary]);
+        let text = format!("{before}{canary}{after}{canary}");
+        let bytes = text.as_bytes();
+        let mut points: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+        points.sort_unstable();
+        let mut s = r.stream();
+        let mut out = Vec::new();
+        let mut at = 0;
+        for p in points {
+            out.extend(s.push(&bytes[at..p]));
+            at = p;
+        }
+        out.extend(s.push(&bytes[at..]));
+        out.extend(s.finish());
+        let out = String::from_utf8(out).unwrap();
+        prop_assert!(!out.contains(canary));
+        prop_assert_eq!(out, r.redact_str(&text));
+    }
+}
