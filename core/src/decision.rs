@@ -287,87 +287,14 @@ pub fn decide(
         );
     }
     let perms = &tool.spec.permissions;
-    if perms.blocked_principals.contains(&call.principal.name) {
-        return d.deny(
-            "principal-blocked",
-            format!("{} is blocked from {}", call.principal, tool.name),
-        );
-    }
-    if !perms.allowed_principals.is_empty()
-        && !perms.allowed_principals.contains(&call.principal.name)
-    {
-        return d.deny(
-            "principal-not-allowed",
-            format!(
-                "{} is not among the principals allowed to call {}",
-                call.principal, tool.name
-            ),
-        );
-    }
-
-    // A live grant that covers the tool and gives its scopes.
-    let covering: Vec<&GrantEntry> = grants
-        .iter()
-        .copied()
-        .filter(|g| g.namespace == call.namespace && covers(&g.spec, tool))
-        .collect();
-    if covering.is_empty() {
-        return d.deny(
-            "no-grant",
-            format!(
-                "no grant in {} gives {} the tool {}",
-                call.namespace, call.principal, tool.name
-            ),
-        );
-    }
-    let mut live = Vec::new();
-    let mut dead = Vec::new();
-    for g in &covering {
-        match liveness(g, now) {
-            Ok(()) => live.push(*g),
-            Err((code, msg)) => dead.push((code, msg)),
-        }
-    }
-    if live.is_empty() {
-        let (code, msg) = dead
-            .into_iter()
-            .next()
-            .unwrap_or(("no-grant", String::new()));
-        return d.deny(code, msg);
-    }
-    let mut required: Vec<String> = perms.required_scopes.clone();
-    if tool.tier == RiskTier::L2 && !required.iter().any(|s| s == WORKSPACE_WRITE_SCOPE) {
-        required.push(WORKSPACE_WRITE_SCOPE.into());
-    }
-    if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
-        return d.deny("scopes-undeclared", format!("{} is {} ({}) but declares no required scopes; such a tool is never granted implicitly", tool.name, tool.tier, tool.tier.label()));
-    }
-    let mut best: Option<(&GrantEntry, Vec<String>)> = None;
-    for g in &live {
-        let missing: Vec<String> = required
-            .iter()
-            .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
-            .cloned()
-            .collect();
-        if best.as_ref().is_none_or(|(_, m)| missing.len() < m.len()) {
-            best = Some((g, missing));
-        }
-    }
-    let Some((grant, missing)) = best else {
-        return d.deny("no-grant", "no live grant");
-    };
-    if !missing.is_empty() {
-        d.missing_scopes = missing.clone();
-        return d.deny(
-            "missing-scopes",
-            format!(
-                "grant {} lacks scope(s) {} that {} requires",
-                grant.name,
-                missing.join(", "),
-                tool.name
-            ),
-        );
-    }
+    let (grant, required) =
+        match authorize_principal(tool, grants, call.namespace, call.principal, now) {
+            Ok(ok) => ok,
+            Err(refusal) => {
+                d.missing_scopes = refusal.missing_scopes;
+                return d.deny(refusal.code, refusal.message);
+            }
+        };
     d.grant = Some(grant.name.clone());
     d.because(
         "grant-matched",
@@ -440,6 +367,122 @@ pub fn decide(
         None => d.outcome = DecisionOutcome::RequireApproval,
     }
     d
+}
+
+/// Why a principal may not use a tool, before any approval question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Stable code.
+    pub code: &'static str,
+    /// What a person reads.
+    pub message: String,
+    /// Required scopes no live grant gives.
+    pub missing_scopes: Vec<String>,
+}
+
+fn refuse(code: &'static str, message: String) -> Refusal {
+    Refusal {
+        code,
+        message,
+        missing_scopes: Vec::new(),
+    }
+}
+
+/// Whether the principal may use the tool at all: the descriptor's principal lists, then a
+/// live grant in the namespace that covers the tool and gives every required scope. Returns the
+/// grant and the scopes it had to give. Shared by decisions, views and policy diffs.
+pub fn authorize_principal<'g>(
+    tool: &RegisteredTool,
+    grants: &[&'g GrantEntry],
+    namespace: &str,
+    principal: &Principal,
+    now: Timestamp,
+) -> Result<(&'g GrantEntry, Vec<String>), Refusal> {
+    let perms = &tool.spec.permissions;
+    if perms.blocked_principals.contains(&principal.name) {
+        return Err(refuse(
+            "principal-blocked",
+            format!("{principal} is blocked from {}", tool.name),
+        ));
+    }
+    if !perms.allowed_principals.is_empty() && !perms.allowed_principals.contains(&principal.name) {
+        return Err(refuse(
+            "principal-not-allowed",
+            format!(
+                "{principal} is not among the principals allowed to call {}",
+                tool.name
+            ),
+        ));
+    }
+    let covering: Vec<&GrantEntry> = grants
+        .iter()
+        .copied()
+        .filter(|g| g.namespace == namespace && covers(&g.spec, tool))
+        .collect();
+    if covering.is_empty() {
+        return Err(refuse(
+            "no-grant",
+            format!(
+                "no grant in {namespace} gives {principal} the tool {}",
+                tool.name
+            ),
+        ));
+    }
+    let mut live = Vec::new();
+    let mut dead = Vec::new();
+    for g in &covering {
+        match liveness(g, now) {
+            Ok(()) => live.push(*g),
+            Err(why) => dead.push(why),
+        }
+    }
+    if live.is_empty() {
+        let (code, msg) = dead
+            .into_iter()
+            .next()
+            .unwrap_or(("no-grant", String::new()));
+        return Err(refuse(code, msg));
+    }
+    if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
+        return Err(refuse(
+            "scopes-undeclared",
+            format!(
+                "{} is {} ({}) but declares no required scopes; such a tool is never granted implicitly",
+                tool.name,
+                tool.tier,
+                tool.tier.label()
+            ),
+        ));
+    }
+    let mut required: Vec<String> = perms.required_scopes.clone();
+    if tool.tier == RiskTier::L2 && !required.iter().any(|s| s == WORKSPACE_WRITE_SCOPE) {
+        required.push(WORKSPACE_WRITE_SCOPE.into());
+    }
+    let mut best: Option<(&GrantEntry, Vec<String>)> = None;
+    for g in live {
+        let missing: Vec<String> = required
+            .iter()
+            .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
+            .cloned()
+            .collect();
+        if best.as_ref().is_none_or(|(_, m)| missing.len() < m.len()) {
+            best = Some((g, missing));
+        }
+    }
+    match best {
+        Some((grant, missing)) if missing.is_empty() => Ok((grant, required)),
+        Some((grant, missing)) => Err(Refusal {
+            code: "missing-scopes",
+            message: format!(
+                "grant {} lacks scope(s) {} that {} requires",
+                grant.name,
+                missing.join(", "),
+                tool.name
+            ),
+            missing_scopes: missing,
+        }),
+        None => Err(refuse("no-grant", "no live grant".into())),
+    }
 }
 
 /// Whether a grant's tool selection covers a tool.

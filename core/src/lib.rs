@@ -15,3 +15,4 @@ pub mod registry;
 pub mod risk;
 pub mod secrets;
 pub mod template;
+pub mod view;

@@ -64,6 +64,9 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
     for s in spec.description.use_when.iter().chain(&spec.intent.domains) {
         positive_terms.extend(terms(s));
     }
+    for ex in &spec.description.examples {
+        positive_terms.extend(terms(&ex.user_request));
+    }
     let mut negative_terms = BTreeSet::new();
     for s in spec
         .description
@@ -134,17 +137,32 @@ pub fn lifecycle_of(spec: &ToolDescriptorSpec, findings: &[crate::lint::Local]) 
     Lifecycle::Enabled
 }
 
-/// Lowercase words of at least two characters, split on anything that is not alphanumeric.
+/// Lowercase word stems of at least two characters, split on anything that is not
+/// alphanumeric, without stop words. Crude on purpose: cheap, deterministic, language-light.
 pub fn terms(text: &str) -> BTreeSet<String> {
     const STOP: &[&str] = &[
         "a", "an", "and", "the", "of", "or", "to", "in", "on", "for", "it", "is", "use", "with",
-        "by", "as", "at", "be", "this", "that", "you", "not", "do",
+        "by", "as", "at", "be", "this", "that", "you", "not", "do", "me", "my", "we", "our", "did",
+        "what", "again", "please", "can", "how", "does",
     ];
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() >= 2)
         .map(str::to_lowercase)
         .filter(|w| !STOP.contains(&w.as_str()))
+        .map(|w| stem(&w))
         .collect()
+}
+
+/// Strip one common English suffix so `files` meets `file` and `deleted` meets `delete`.
+fn stem(word: &str) -> String {
+    for suffix in ["ing", "ed", "es", "s", "e"] {
+        if let Some(base) = word.strip_suffix(suffix)
+            && base.len() >= 3
+        {
+            return base.to_string();
+        }
+    }
+    word.to_string()
 }
 
 /// A grant with the usage that counts against its budget.
@@ -318,9 +336,8 @@ mod tests {
     #[test]
     fn terms_drop_stop_words_and_case() {
         let t = terms("Run the Test-suite for one file");
-        assert!(
-            t.contains("run") && t.contains("test") && t.contains("suite") && t.contains("file")
-        );
+        assert_eq!(t, terms("run test suite one file"));
         assert!(!t.contains("the") && !t.contains("for"));
+        assert_eq!(terms("files deleted"), terms("file delete"));
     }
 }

@@ -1,0 +1,342 @@
+//! Tool views over the example manifests: candidates, policy filter, ranking, reasons, adapters,
+//! and the golden prompts of tests/golden/tool-selection.yaml.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+use support::{example_registry, now, root};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
+use toolgate_core::view::{ApprovalHint, ToolView, ViewFormat, ViewRequest, compile_view};
+use toolgate_crds::ActionType;
+
+const FIXER: &str = "system:serviceaccount:team-a:fixer";
+
+fn view(
+    r: &Registry,
+    principal: &Principal,
+    intent: &str,
+    action: Option<ActionType>,
+    max: usize,
+    explain: bool,
+    failures: &BTreeMap<String, u32>,
+) -> ToolView {
+    compile_view(
+        r,
+        &ViewRequest {
+            namespace: "team-a",
+            principal,
+            intent,
+            action_type: action,
+            domains: &[],
+            max_tools: max,
+            recent_failures: failures,
+            explain,
+            now: now(),
+        },
+    )
+}
+
+fn names(v: &ToolView) -> Vec<&str> {
+    v.exposed.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[test]
+fn every_exposed_tool_has_a_reason_and_every_hidden_one_a_decision() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let v = view(
+        &r,
+        &Principal::new(FIXER),
+        "fix the failing date test in serializer.ts",
+        None,
+        3,
+        true,
+        &none,
+    );
+    assert_eq!(v.exposed.len(), 3);
+    assert_eq!(
+        v.exposed.len() + v.hidden.len(),
+        8,
+        "every tool of the namespace is accounted for"
+    );
+    for t in &v.exposed {
+        assert!(
+            t.reason.starts_with("granted by fixer-agent"),
+            "{}: {}",
+            t.name,
+            t.reason
+        );
+    }
+    for h in &v.hidden {
+        assert!(!h.reason.is_empty());
+        assert_eq!(h.code, "ranked-out", "{h:?}");
+    }
+}
+
+#[test]
+fn the_policy_filter_hides_what_the_principal_may_not_use() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let alice = Principal::new("alice@example.com");
+    let v = view(&r, &alice, "look at the serializer", None, 10, true, &none);
+    let mut exposed = names(&v);
+    exposed.sort();
+    assert_eq!(exposed, vec!["code.search", "file.read", "git.diff"]);
+    let hidden: BTreeMap<&str, &str> = v.hidden.iter().map(|h| (h.name.as_str(), h.code)).collect();
+    assert_eq!(hidden.get("file.write"), Some(&"no-grant"));
+    assert_eq!(
+        hidden.get("web.fetch"),
+        Some(&"no-grant"),
+        "L3 is above the reviewers' maxTier L1"
+    );
+    assert_eq!(hidden.get("github.create-issue"), Some(&"no-grant"));
+
+    let stranger = Principal::new("system:serviceaccount:team-a:stranger");
+    let v = view(&r, &stranger, "anything", None, 10, true, &none);
+    assert!(v.exposed.is_empty());
+    assert!(v.hidden.iter().all(|h| h.code == "no-grant"));
+}
+
+#[test]
+fn candidates_by_action_type() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let v = view(
+        &r,
+        &Principal::new(FIXER),
+        "fix it",
+        Some(ActionType::Write),
+        10,
+        true,
+        &none,
+    );
+    assert_eq!(names(&v), vec!["file.write"]);
+    assert_eq!(
+        v.hidden
+            .iter()
+            .filter(|h| h.code == "action-type-mismatch")
+            .count(),
+        7
+    );
+    // Without explain, non-candidates cost nothing and are not listed.
+    let v = view(
+        &r,
+        &Principal::new(FIXER),
+        "fix it",
+        Some(ActionType::Write),
+        10,
+        false,
+        &none,
+    );
+    assert!(v.hidden.is_empty());
+}
+
+#[test]
+fn approval_hints_and_negative_hints_and_failures() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let v = view(
+        &r,
+        &Principal::new(FIXER),
+        "file an issue on github",
+        None,
+        10,
+        false,
+        &none,
+    );
+    let issue = v
+        .exposed
+        .iter()
+        .find(|t| t.name == "github.create-issue")
+        .expect("exposed");
+    assert_eq!(issue.approval, ApprovalHint::Required);
+    assert!(
+        issue.reason.contains("L4 calls need approval"),
+        "{}",
+        issue.reason
+    );
+    let read = v
+        .exposed
+        .iter()
+        .find(|t| t.name == "file.read")
+        .expect("exposed");
+    assert_eq!(read.approval, ApprovalHint::None);
+
+    // "deleting files" is in file.write's do-not-use-when.
+    let v = view(
+        &r,
+        &Principal::new(FIXER),
+        "deleting files",
+        None,
+        10,
+        false,
+        &none,
+    );
+    assert!(
+        v.hidden
+            .iter()
+            .any(|h| h.name == "file.write" && h.code == "negative-match"),
+        "{:#?}",
+        v.hidden
+    );
+
+    let intent = "show me the contents of src/serializer.ts";
+    let top = view(&r, &Principal::new(FIXER), intent, None, 1, false, &none).exposed[0]
+        .name
+        .clone();
+    let failures = BTreeMap::from([(top.clone(), 5u32)]);
+    let after = view(
+        &r,
+        &Principal::new(FIXER),
+        intent,
+        None,
+        1,
+        false,
+        &failures,
+    )
+    .exposed[0]
+        .name
+        .clone();
+    assert_ne!(top, after, "recent failures lower a tool's rank");
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Golden {
+    intent: String,
+    action_type: Option<ActionType>,
+    top: String,
+}
+
+#[test]
+fn golden_prompts_select_the_expected_tool() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let text =
+        std::fs::read_to_string(root().join("tests/golden/tool-selection.yaml")).expect("golden");
+    let cases: Vec<Golden> = serde_norway::from_str(&text).expect("golden yaml");
+    assert!(cases.len() >= 8);
+    let mut misses = Vec::new();
+    for c in &cases {
+        let v = view(
+            &r,
+            &Principal::new(FIXER),
+            &c.intent,
+            c.action_type,
+            3,
+            false,
+            &none,
+        );
+        let got = v
+            .exposed
+            .first()
+            .map(|t| t.name.as_str())
+            .unwrap_or("<none>");
+        if got != c.top {
+            misses.push(format!(
+                "{:?}: expected {}, got {} ({:?})",
+                c.intent,
+                c.top,
+                got,
+                names(&v)
+            ));
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
+}
+
+#[test]
+fn provider_payloads_carry_only_what_the_provider_expects() {
+    let r = example_registry();
+    let none = BTreeMap::new();
+    let v = view(&r, &Principal::new(FIXER), "", None, 10, false, &none);
+    let name_re = regex::Regex::new("^[a-zA-Z0-9_-]{1,64}$").expect("re");
+
+    for tool in v.render(ViewFormat::OpenAi).as_array().expect("array") {
+        let keys: Vec<&str> = tool
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, vec!["function", "type"]);
+        let f = tool["function"].as_object().expect("function");
+        let mut fk: Vec<&str> = f.keys().map(String::as_str).collect();
+        fk.sort();
+        assert_eq!(fk, vec!["description", "name", "parameters"]);
+        let name = f["name"].as_str().expect("name");
+        assert!(name_re.is_match(name), "{name}");
+        assert_eq!(
+            v.resolve(name).map(|t| t.canonical_name.as_str()),
+            Some(name.replace("__", ".").as_str()),
+            "reversible"
+        );
+    }
+    for tool in v.render(ViewFormat::Anthropic).as_array().expect("array") {
+        let mut keys: Vec<&str> = tool
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort();
+        assert_eq!(keys, vec!["description", "input_schema", "name"]);
+        assert!(name_re.is_match(tool["name"].as_str().expect("name")));
+    }
+    let mcp = v.render(ViewFormat::Mcp);
+    let by_name = |n: &str| {
+        mcp.as_array()
+            .expect("a")
+            .iter()
+            .find(|t| t["name"] == n)
+            .cloned()
+            .expect(n)
+    };
+    assert_eq!(
+        by_name("file.delete")["annotations"]["destructiveHint"],
+        true
+    );
+    assert_eq!(by_name("file.read")["annotations"]["readOnlyHint"], true);
+    assert_eq!(
+        by_name("file.read")["annotations"]["destructiveHint"],
+        false
+    );
+    assert_eq!(by_name("web.fetch")["annotations"]["openWorldHint"], true);
+    assert_eq!(by_name("file.write")["annotations"]["idempotentHint"], true);
+
+    // Descriptions carry use-when, do-not-use-when and the approval hint.
+    let desc = by_name("github.create-issue")["description"]
+        .as_str()
+        .expect("d")
+        .to_string();
+    assert!(
+        desc.contains("Use when:")
+            && desc.contains("Do not use when:")
+            && desc.contains("approval"),
+        "{desc}"
+    );
+
+    // Internal fields never reach a provider payload.
+    for format in [ViewFormat::OpenAi, ViewFormat::Anthropic, ViewFormat::Mcp] {
+        let text = v.render(format).to_string();
+        for internal in [
+            "sha256:",
+            "fixer-agent",
+            "github-issues-bot",
+            "team-a/",
+            "riskTier",
+            "sandboxPolicyRef",
+        ] {
+            assert!(!text.contains(internal), "{format:?} leaks {internal:?}");
+        }
+    }
+    let canonical: Value = v.render(ViewFormat::Canonical);
+    assert!(
+        canonical.to_string().contains("sha256:"),
+        "the canonical form pins the version"
+    );
+}
