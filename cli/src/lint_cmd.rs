@@ -59,7 +59,9 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
         }
     }
     files.sort();
-    files.dedup();
+    // The same file named twice (a folder and a file in it) is read once.
+    let mut seen = std::collections::BTreeSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     files
 }
 
@@ -99,9 +101,9 @@ pub fn load(paths: &[PathBuf]) -> (Vec<RawManifest>, Vec<Finding>) {
 }
 
 /// Lint the manifests under the paths as one set.
-pub fn lint_paths(linter: &Linter, paths: &[PathBuf]) -> LintReport {
+pub fn lint_paths(linter: &Linter, paths: &[PathBuf], now: jiff::Timestamp) -> LintReport {
     let (docs, mut load_findings) = load(paths);
-    let mut report = linter.lint(docs, jiff::Timestamp::now());
+    let mut report = linter.lint(docs, now);
     load_findings.append(&mut report.findings);
     report.findings = load_findings;
     report
@@ -109,7 +111,7 @@ pub fn lint_paths(linter: &Linter, paths: &[PathBuf]) -> LintReport {
 
 pub fn run(paths: &[PathBuf], format: Format) -> anyhow::Result<ExitCode> {
     let linter = linter()?;
-    let report = lint_paths(&linter, paths);
+    let report = lint_paths(&linter, paths, jiff::Timestamp::now());
     match format {
         Format::Text => {
             for f in &report.findings {

@@ -143,3 +143,226 @@ fn bad_usage_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PATHS"));
 }
+
+const NOW: &str = "2026-11-30T00:00:00Z";
+
+#[test]
+fn check_exits_by_outcome() {
+    let cases = [
+        ("examples", "examples/calls/02-run-tests.yaml", 0, "ALLOW"),
+        (
+            "examples",
+            "examples/calls/04-create-issue.yaml",
+            0,
+            "approval   report-flaky-tz-alice",
+        ),
+        (
+            "examples",
+            "examples/calls/05-cleanup-dry-run.yaml",
+            3,
+            "REQUIRE APPROVAL",
+        ),
+        (
+            "tests/policy-change/before",
+            "tests/policy-change/before/calls.yaml",
+            4,
+            "no-grant",
+        ),
+        (
+            "tests/policy-change/after",
+            "tests/policy-change/after/calls.yaml",
+            3,
+            "L5 (destructive/admin) needs a human approval",
+        ),
+    ];
+    for (dir, call, code, text) in cases {
+        let out = toolgate(&["check", "--manifests", dir, "--call", call, "--now", NOW]);
+        let s = stdout(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{call}: {s}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(s.contains(text), "{call}: {s}");
+    }
+    // Another principal, as JSON.
+    let out = toolgate(&[
+        "check",
+        "--manifests",
+        "examples",
+        "--call",
+        "examples/calls/03-fix-serializer.yaml",
+        "--principal",
+        "alice@example.com",
+        "-o",
+        "json",
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v[0]["decision"]["outcome"], "deny");
+    assert_eq!(
+        v[0]["decision"]["reasons"]
+            .as_array()
+            .and_then(|r| r.last())
+            .map(|r| r["code"].clone()),
+        Some("no-grant".into())
+    );
+}
+
+#[test]
+fn check_refuses_broken_manifests_and_bad_input() {
+    let out = toolgate(&[
+        "check",
+        "--manifests",
+        "tests/manifests",
+        "--call",
+        "examples/calls/02-run-tests.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "broken manifests are refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fix them first"));
+    let out = toolgate(&["check", "--manifests", "examples", "--call", "no-such.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such.yaml: no such file"));
+    let out = toolgate(&[
+        "check",
+        "--manifests",
+        "examples",
+        "--call",
+        "examples/grants.yaml",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a ToolCall"));
+    let out = toolgate(&[
+        "check",
+        "--manifests",
+        "examples",
+        "--call",
+        "examples/calls/02-run-tests.yaml",
+        "--now",
+        "tomorrow",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--now: expected an RFC 3339 time"));
+}
+
+#[test]
+fn view_prints_provider_payloads_and_explains() {
+    let fixer = "system:serviceaccount:team-a:fixer";
+    let out = toolgate(&[
+        "view",
+        "--manifests",
+        "examples",
+        "--principal",
+        fixer,
+        "--intent",
+        "run the serializer tests",
+        "--format",
+        "openai",
+        "--max-tools",
+        "2",
+        "--now",
+        NOW,
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let tools = v.as_array().expect("array");
+    assert_eq!(tools.len(), 2);
+    assert_eq!(tools[0]["function"]["name"], "test__run");
+
+    let out = toolgate(&[
+        "view",
+        "--manifests",
+        "examples",
+        "--principal",
+        "alice@example.com",
+        "--namespace",
+        "team-a",
+        "--intent",
+        "review",
+        "--format",
+        "mcp",
+        "--explain",
+        "--now",
+        NOW,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let hidden = v["hidden"].as_array().expect("hidden");
+    assert!(
+        hidden
+            .iter()
+            .any(|h| h["name"] == "file.write" && h["code"] == "no-grant")
+    );
+    assert!(
+        v["exposed"]
+            .as_array()
+            .expect("exposed")
+            .iter()
+            .all(|e| e["reason"].as_str().is_some_and(|r| !r.is_empty()))
+    );
+
+    let out = toolgate(&[
+        "view",
+        "--manifests",
+        "examples",
+        "--principal",
+        "alice@example.com",
+        "--intent",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--namespace is required"));
+    let out = toolgate(&[
+        "view",
+        "--manifests",
+        "examples",
+        "--principal",
+        fixer,
+        "--intent",
+        "x",
+        "--action-type",
+        "rm",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected one of read, search"));
+}
+
+#[test]
+fn diff_shows_exactly_the_changes_made() {
+    let out = toolgate(&[
+        "diff",
+        "tests/policy-change/before",
+        "tests/policy-change/after",
+        "--now",
+        NOW,
+    ]);
+    assert!(out.status.success());
+    let md = stdout(&out);
+    let expected =
+        std::fs::read_to_string(root().join("tests/policy-change/README.md")).expect("readme");
+    let bullets: Vec<&str> = expected.lines().filter(|l| l.starts_with("- ")).collect();
+    assert_eq!(bullets.len(), 3);
+    for b in bullets {
+        assert!(md.contains(&b[2..]), "missing {b:?} in:\n{md}");
+    }
+    assert_eq!(
+        md.lines().filter(|l| l.starts_with("- ")).count(),
+        3,
+        "{md}"
+    );
+
+    let out = toolgate(&[
+        "diff",
+        "tests/policy-change/before",
+        "tests/policy-change/after",
+        "-o",
+        "json",
+        "--now",
+        NOW,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v.as_array().map(Vec::len), Some(3));
+
+    let out = toolgate(&["diff", "examples", "examples", "--now", NOW]);
+    assert!(stdout(&out).contains("No principal gains or loses access"));
+}

@@ -9,6 +9,7 @@ pub mod decision;
 pub mod digest;
 pub mod lint;
 pub mod manifest;
+pub mod policy_diff;
 pub mod principal;
 pub mod redact;
 pub mod registry;

@@ -1,0 +1,344 @@
+//! The GitOps review commands, offline over a folder of manifests: `check`, `view`, `diff`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use toolgate_core::args::ArgsLimits;
+use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
+use toolgate_core::lint::{LintReport, Severity};
+use toolgate_core::manifest::{Object, Spec};
+use toolgate_core::policy_diff::{diff_policies, markdown};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
+use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
+use toolgate_crds::{ActionType, DecisionOutcome};
+
+use crate::lint_cmd::{lint_paths, linter};
+
+/// Exit code of `check` when approval is needed.
+pub const EXIT_APPROVAL: u8 = 3;
+/// Exit code of `check` when the call is denied.
+pub const EXIT_DENY: u8 = 4;
+/// Exit code when the manifests themselves do not lint.
+pub const EXIT_BAD_MANIFESTS: u8 = 2;
+
+/// Output of the review commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// For people.
+    Text,
+    /// For programs.
+    Json,
+}
+
+/// Output of `diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffOutput {
+    /// A pull-request comment.
+    Markdown,
+    /// For programs.
+    Json,
+}
+
+/// Provider formats of `view`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// toolgate's form, with digests and reasons.
+    Canonical,
+    /// OpenAI function tools.
+    Openai,
+    /// Anthropic tools.
+    Anthropic,
+    /// MCP tools/list entries.
+    Mcp,
+}
+
+fn parse_now(now: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
+    match now {
+        None => Ok(jiff::Timestamp::now()),
+        Some(s) => s.parse().with_context(|| {
+            format!("--now: expected an RFC 3339 time such as 2026-12-01T00:00:00Z, found {s:?}")
+        }),
+    }
+}
+
+/// Lint a folder (plus extra files); print the errors and fail if there are any outside `lenient`.
+fn load(
+    paths: &[PathBuf],
+    lenient: Option<&Path>,
+    now: jiff::Timestamp,
+) -> anyhow::Result<Result<LintReport, ExitCode>> {
+    let linter = linter()?;
+    let mut report = lint_paths(&linter, paths, now);
+    report.findings.retain(|f| f.severity == Severity::Error);
+    let lenient_src = lenient.map(|p| p.display().to_string());
+    // In the call under review, semantic problems (bad args, stale digest) are the decision's to
+    // report; only problems that stop it from being read at all are fatal.
+    let fatal: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| {
+            Some(&f.origin.source) != lenient_src.as_ref()
+                || f.code.starts_with("schema")
+                || matches!(
+                    f.code,
+                    "yaml-syntax"
+                        | "io"
+                        | "unknown-kind"
+                        | "api-version"
+                        | "metadata"
+                        | "cel-rule"
+                        | "duplicate-object"
+                        | "not-an-object"
+                )
+        })
+        .collect();
+    if !fatal.is_empty() {
+        for f in &fatal {
+            eprintln!("{f}");
+        }
+        eprintln!(
+            "toolgate: the manifests have {} error(s); fix them first (toolgate lint)",
+            fatal.len()
+        );
+        return Ok(Err(ExitCode::from(EXIT_BAD_MANIFESTS)));
+    }
+    Ok(Ok(report))
+}
+
+/// `toolgate check`.
+pub fn check(
+    manifests: &Path,
+    call_file: &Path,
+    principal: Option<&str>,
+    groups: &[String],
+    output: Output,
+    now: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let now = parse_now(now)?;
+    if !call_file.is_file() {
+        bail!("--call {}: no such file", call_file.display());
+    }
+    let report = match load(
+        &[manifests.to_path_buf(), call_file.to_path_buf()],
+        Some(call_file),
+        now,
+    )? {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let registry = Registry::from_objects(&report.objects);
+    let source = call_file.display().to_string();
+    let calls: Vec<(&Object, &toolgate_crds::ToolCallSpec)> = report
+        .objects
+        .calls()
+        .filter(|(o, _)| o.origin.source == source)
+        .collect();
+    if calls.is_empty() {
+        bail!(
+            "--call {}: expected a ToolCall manifest, found none",
+            call_file.display()
+        );
+    }
+    let mut worst = 0u8;
+    let mut results = Vec::new();
+    for (obj, spec) in calls {
+        let principal = Principal::new(principal.unwrap_or(&spec.principal))
+            .with_groups(groups.iter().cloned());
+        let approvals: Vec<ApprovalEntry<'_>> = report
+            .objects
+            .iter()
+            .filter(|o| o.meta.namespace() == obj.meta.namespace())
+            .filter_map(|o| match &o.spec {
+                Spec::ToolApproval(a) if a.call_ref.name == obj.meta.name => Some(ApprovalEntry {
+                    name: &o.meta.name,
+                    spec: a,
+                    consumed: false,
+                }),
+                _ => None,
+            })
+            .collect();
+        let call = CallUnderReview {
+            namespace: obj.meta.namespace(),
+            name: &obj.meta.name,
+            spec,
+            principal: &principal,
+        };
+        let decision = decide_in(&registry, &call, &approvals, now, &ArgsLimits::default());
+        let code = match decision.outcome {
+            DecisionOutcome::Allow => 0,
+            DecisionOutcome::RequireApproval => EXIT_APPROVAL,
+            DecisionOutcome::Deny => EXIT_DENY,
+        };
+        worst = worst.max(code);
+        results.push((
+            obj.meta.namespace().to_string(),
+            obj.meta.name.clone(),
+            spec.tool_ref.name.clone(),
+            principal.name.clone(),
+            decision,
+        ));
+    }
+    match output {
+        Output::Json => {
+            let items: Vec<serde_json::Value> = results
+                .iter()
+                .map(|(ns, name, tool, principal, d)| serde_json::json!({"call": format!("{ns}/{name}"), "tool": tool, "principal": principal, "decision": d}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&items)?);
+        }
+        Output::Text => {
+            for (ns, name, tool, principal, d) in &results {
+                print_decision(ns, name, tool, principal, d);
+            }
+        }
+    }
+    Ok(ExitCode::from(worst))
+}
+
+fn print_decision(ns: &str, name: &str, tool: &str, principal: &str, d: &Decision) {
+    let outcome = match d.outcome {
+        DecisionOutcome::Allow => "ALLOW",
+        DecisionOutcome::RequireApproval => "REQUIRE APPROVAL",
+        DecisionOutcome::Deny => "DENY",
+    };
+    println!("call       {ns}/{name}");
+    match (d.risk_tier, d.risk_level) {
+        (Some(t), Some(l)) => println!("tool       {tool} ({t} {}, declared {l})", t.label()),
+        _ => println!("tool       {tool}"),
+    }
+    if let Some(digest) = &d.tool_digest {
+        println!("version    {digest}");
+    }
+    println!("principal  {principal}");
+    if let Some(a) = &d.args_digest {
+        println!("args       {a}");
+    }
+    println!("decision   {outcome}");
+    if let Some(g) = &d.grant {
+        println!("grant      {g}");
+    }
+    if let Some(a) = &d.approval {
+        println!("approval   {a}");
+    }
+    if !d.missing_scopes.is_empty() {
+        println!("missing    {}", d.missing_scopes.join(", "));
+    }
+    println!("because");
+    for r in &d.reasons {
+        println!("  - {}: {}", r.code, r.message);
+    }
+    for v in &d.args_violations {
+        println!(
+            "  - args {}: {} ({})",
+            if v.pointer.is_empty() {
+                "/"
+            } else {
+                &v.pointer
+            },
+            v.message,
+            v.rule
+        );
+    }
+    println!();
+}
+
+/// Options of `toolgate view`.
+pub struct ViewArgs<'a> {
+    pub manifests: &'a Path,
+    pub principal: &'a str,
+    pub groups: &'a [String],
+    pub namespace: Option<&'a str>,
+    pub intent: &'a str,
+    pub action_type: Option<ActionType>,
+    pub domains: &'a [String],
+    pub max_tools: usize,
+    pub format: Format,
+    pub explain: bool,
+    pub now: Option<&'a str>,
+}
+
+/// `toolgate view`.
+pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
+    let now = parse_now(a.now)?;
+    let report = match load(&[a.manifests.to_path_buf()], None, now)? {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let registry = Registry::from_objects(&report.objects);
+    let principal = Principal::new(a.principal).with_groups(a.groups.iter().cloned());
+    let namespace = match (a.namespace, principal.service_account()) {
+        (Some(ns), _) => ns.to_string(),
+        (None, Some((ns, _))) => ns.to_string(),
+        (None, None) => bail!(
+            "--namespace is required for a principal that is not a service account ({})",
+            a.principal
+        ),
+    };
+    let failures = BTreeMap::new();
+    let view = compile_view(
+        &registry,
+        &ViewRequest {
+            namespace: &namespace,
+            principal: &principal,
+            intent: a.intent,
+            action_type: a.action_type,
+            domains: a.domains,
+            max_tools: a.max_tools,
+            recent_failures: &failures,
+            explain: a.explain,
+            now,
+        },
+    );
+    let format = match a.format {
+        Format::Canonical => ViewFormat::Canonical,
+        Format::Openai => ViewFormat::OpenAi,
+        Format::Anthropic => ViewFormat::Anthropic,
+        Format::Mcp => ViewFormat::Mcp,
+    };
+    let tools = view.render(format);
+    if a.explain {
+        let exposed: Vec<serde_json::Value> = view
+            .exposed
+            .iter()
+            .map(|t| serde_json::json!({"name": t.name, "providerName": t.provider_name, "score": t.score, "approval": t.approval, "reason": t.reason}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": view.hidden})
+            )?
+        );
+    } else {
+        println!("{}", serde_json::to_string_pretty(&tools)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolgate diff`.
+pub fn diff(
+    old: &Path,
+    new: &Path,
+    output: DiffOutput,
+    now: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let now = parse_now(now)?;
+    let mut registries = Vec::new();
+    for dir in [old, new] {
+        if !dir.is_dir() {
+            bail!("{}: expected a folder of manifests", dir.display());
+        }
+        match load(&[dir.to_path_buf()], None, now)? {
+            Ok(r) => registries.push(Registry::from_objects(&r.objects)),
+            Err(code) => return Ok(code),
+        }
+    }
+    let changes = diff_policies(&registries[0], &registries[1], now);
+    match output {
+        DiffOutput::Markdown => print!("{}", markdown(&changes)),
+        DiffOutput::Json => println!("{}", serde_json::to_string_pretty(&changes)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
