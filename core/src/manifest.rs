@@ -151,12 +151,28 @@ impl Object {
 #[derive(Debug, Clone, Default)]
 pub struct ObjectSet {
     objects: Vec<Object>,
+    index: std::collections::HashMap<(&'static str, String, String), usize>,
 }
 
 impl ObjectSet {
     /// Build from objects.
     pub fn new(objects: Vec<Object>) -> Self {
-        ObjectSet { objects }
+        let mut index = std::collections::HashMap::with_capacity(objects.len());
+        for (i, o) in objects.iter().enumerate() {
+            index
+                .entry((
+                    o.spec.kind(),
+                    o.meta.namespace().to_string(),
+                    o.meta.name.clone(),
+                ))
+                .or_insert(i);
+        }
+        ObjectSet { objects, index }
+    }
+
+    /// Whether an object of this kind, namespace and name exists.
+    pub fn contains(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        self.find(kind, namespace, name).is_some()
     }
 
     /// All objects, in load order.
@@ -166,9 +182,10 @@ impl ObjectSet {
 
     /// Find an object by kind, namespace and name.
     pub fn find(&self, kind: &str, namespace: &str, name: &str) -> Option<&Object> {
-        self.objects.iter().find(|o| {
-            o.spec.kind() == kind && o.meta.namespace() == namespace && o.meta.name == name
-        })
+        let kind = toolgate_crds::KINDS.iter().find(|k| **k == kind)?;
+        self.index
+            .get(&(*kind, namespace.to_string(), name.to_string()))
+            .map(|&i| &self.objects[i])
     }
 
     /// Every ToolDescriptor with its metadata.

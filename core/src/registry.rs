@@ -196,6 +196,12 @@ pub struct Registry {
     by_namespace: HashMap<String, Vec<usize>>,
     grants: Vec<GrantEntry>,
     grants_by_subject: HashMap<(String, String), Vec<usize>>,
+    /// namespace → term → tools whose name, summary, use-when or examples contain it.
+    positive_index: HashMap<String, HashMap<String, Vec<usize>>>,
+    /// namespace → term → tools whose do-not-use-when hints contain it.
+    negative_index: HashMap<String, HashMap<String, Vec<usize>>>,
+    /// Position of each tool when all are sorted by (namespace, name): a cheap, stable tie-break.
+    name_rank: Vec<u32>,
 }
 
 impl Registry {
@@ -204,7 +210,7 @@ impl Registry {
         let mut r = Registry::default();
         for obj in set.iter() {
             match &obj.spec {
-                Spec::ToolDescriptor(d) => r.add_tool(register(obj, d, set)),
+                Spec::ToolDescriptor(d) => r.insert_tool(register(obj, d, set)),
                 Spec::ToolGrant(g) => r.add_grant(GrantEntry {
                     namespace: obj.meta.namespace().to_string(),
                     name: obj.meta.name.clone(),
@@ -214,15 +220,39 @@ impl Registry {
                 _ => {}
             }
         }
+        r.rank_names();
         r
+    }
+
+    fn rank_names(&mut self) {
+        let mut order: Vec<usize> = (0..self.tools.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (ta, tb) = (&self.tools[a], &self.tools[b]);
+            (&ta.namespace, &ta.name).cmp(&(&tb.namespace, &tb.name))
+        });
+        self.name_rank = vec![0; self.tools.len()];
+        for (rank, i) in order.into_iter().enumerate() {
+            self.name_rank[i] = u32::try_from(rank).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// The tool's position in (namespace, name) order.
+    pub fn name_rank(&self, i: usize) -> u32 {
+        self.name_rank.get(i).copied().unwrap_or(u32::MAX)
     }
 
     /// Add a registered tool (a later one with the same name replaces the earlier).
     pub fn add_tool(&mut self, tool: RegisteredTool) {
+        self.insert_tool(tool);
+        self.rank_names();
+    }
+
+    fn insert_tool(&mut self, tool: RegisteredTool) {
         let key = (tool.namespace.clone(), tool.name.clone());
         if let Some(&i) = self.by_name.get(&key) {
             self.tools[i] = tool;
             self.reindex_tools();
+            self.rank_names();
             return;
         }
         let i = self.tools.len();
@@ -236,6 +266,20 @@ impl Registry {
             .entry(tool.namespace.clone())
             .or_default()
             .push(i);
+        let pos = self
+            .positive_index
+            .entry(tool.namespace.clone())
+            .or_default();
+        for t in &tool.positive_terms {
+            pos.entry(t.clone()).or_default().push(i);
+        }
+        let neg = self
+            .negative_index
+            .entry(tool.namespace.clone())
+            .or_default();
+        for t in &tool.negative_terms {
+            neg.entry(t.clone()).or_default().push(i);
+        }
         self.by_name.insert(key, i);
         self.tools.push(tool);
     }
@@ -245,8 +289,10 @@ impl Registry {
         self.by_name.clear();
         self.by_action.clear();
         self.by_namespace.clear();
+        self.positive_index.clear();
+        self.negative_index.clear();
         for t in tools {
-            self.add_tool(t);
+            self.insert_tool(t);
         }
     }
 
@@ -300,6 +346,46 @@ impl Registry {
             .into_iter()
             .flatten()
             .map(|&i| &self.tools[i])
+    }
+
+    /// Number of tools.
+    pub fn tool_count(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// A tool by its registry index.
+    pub fn tool_at(&self, i: usize) -> &RegisteredTool {
+        &self.tools[i]
+    }
+
+    /// Registry indexes of a namespace's tools, optionally only those of an action type.
+    pub fn tool_indexes(&self, namespace: &str, action: Option<ActionType>) -> &[usize] {
+        let v = match action {
+            Some(a) => self.by_action.get(&(namespace.to_string(), a)),
+            None => self.by_namespace.get(namespace),
+        };
+        v.map_or(&[], Vec::as_slice)
+    }
+
+    /// Registry index of a tool.
+    pub fn tool_index(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.by_name
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// Tools of a namespace whose ranking terms include `term` (positive) or whose
+    /// do-not-use-when hints do (negative).
+    pub fn tools_with_term(&self, namespace: &str, term: &str, negative: bool) -> &[usize] {
+        let index = if negative {
+            &self.negative_index
+        } else {
+            &self.positive_index
+        };
+        index
+            .get(namespace)
+            .and_then(|m| m.get(term))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Every tool.

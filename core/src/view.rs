@@ -7,11 +7,14 @@
 //! leaking internal fields.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
-use toolgate_crds::{ActionType, Lifecycle, RiskSeverity, RiskTier, TrustLevel};
+use toolgate_crds::{
+    ActionType, Lifecycle, RiskSeverity, RiskTier, ToolDescriptorSpec, TrustLevel,
+};
 
 use crate::decision::{approval_needed, authorize_principal};
 use crate::principal::Principal;
@@ -75,7 +78,7 @@ pub struct ExposedTool {
     /// The grant that makes it available.
     pub grant: String,
     #[serde(skip)]
-    tool: RegisteredTool,
+    spec: Arc<ToolDescriptorSpec>,
 }
 
 /// A candidate that is not in the view, and why.
@@ -97,6 +100,9 @@ pub struct ToolView {
     pub exposed: Vec<ExposedTool>,
     /// The tools it does not see, each with its reason.
     pub hidden: Vec<HiddenTool>,
+    /// Candidates never looked at because the view filled up first (large candidate sets
+    /// without `explain`); they are neither exposed nor refused.
+    pub not_ranked: usize,
 }
 
 /// Provider payload formats.
@@ -112,67 +118,159 @@ pub enum ViewFormat {
     Mcp,
 }
 
+/// Candidate sets up to this size are scored by set intersection and all visited; larger ones
+/// are scored through the registry's term index and visited in rank order only until the view
+/// is full, so cost follows the view, not the registry.
+const SMALL_CANDIDATE_SET: usize = 64;
+
 /// Compile a view.
 pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     let mut hidden = Vec::new();
-    let candidates: Vec<&RegisteredTool> = match req.action_type {
-        Some(a) => {
-            if req.explain {
-                for t in registry.tools_in(req.namespace) {
-                    if !t.spec.intent.action_types.contains(&a) {
-                        hidden.push(HiddenTool {
-                            name: t.name.clone(),
-                            code: "action-type-mismatch",
-                            reason: format!("does not do {a}"),
-                        });
-                    }
-                }
-            }
-            registry.tools_for_action(req.namespace, a).collect()
-        }
-        None => registry.tools_in(req.namespace).collect(),
-    };
     let grants = registry.grants_for(req.namespace, req.principal);
-    let query = terms(req.intent);
-    let mut ranked: Vec<ExposedTool> = Vec::new();
-    for tool in candidates {
-        if !req.domains.is_empty()
-            && !tool
+    let by_name_only = grants.iter().all(|g| g.spec.tools.selector.is_none());
+    let wants = |t: &RegisteredTool| {
+        req.action_type
+            .is_none_or(|a| t.spec.intent.action_types.contains(&a))
+    };
+
+    // Candidates: by the principal's named grants when that is all it has (a lookup per name),
+    // otherwise by action type from the index.
+    let mut candidates: Vec<usize> = if by_name_only && !req.explain {
+        let names: BTreeSet<&str> = grants
+            .iter()
+            .flat_map(|g| g.spec.tools.names.iter().map(String::as_str))
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|n| registry.tool_index(req.namespace, n))
+            .filter(|&i| wants(registry.tool_at(i)))
+            .collect()
+    } else {
+        registry
+            .tool_indexes(req.namespace, req.action_type)
+            .to_vec()
+    };
+    if req.explain
+        && let Some(a) = req.action_type
+    {
+        for t in registry.tools_in(req.namespace).filter(|t| !wants(t)) {
+            hidden.push(HiddenTool {
+                name: t.name.clone(),
+                code: "action-type-mismatch",
+                reason: format!("does not do {a}"),
+            });
+        }
+    }
+    if !req.domains.is_empty() {
+        let list = req.explain || candidates.len() <= SMALL_CANDIDATE_SET;
+        candidates.retain(|&i| {
+            let t = registry.tool_at(i);
+            let keep = t
                 .spec
                 .intent
                 .domains
                 .iter()
-                .any(|d| req.domains.contains(d))
-        {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "domain-mismatch",
-                reason: format!("not in domain(s) {}", req.domains.join(", ")),
-            });
-            continue;
+                .any(|d| req.domains.contains(d));
+            if !keep && list {
+                hidden.push(HiddenTool {
+                    name: t.name.clone(),
+                    code: "domain-mismatch",
+                    reason: format!("not in domain(s) {}", req.domains.join(", ")),
+                });
+            }
+            keep
+        });
+    }
+
+    // Score: +10 per intent word the tool is described by, -8 per do-not-use hint it matches,
+    // -5 per recent failure, -20 when deprecated. Words that describe more than half of a large
+    // namespace tell tools apart no better than a stop word and are dropped (a crude IDF).
+    let namespace_size = registry.tool_indexes(req.namespace, None).len();
+    let common = (namespace_size / 2).max(32);
+    let query: BTreeSet<String> = terms(req.intent)
+        .into_iter()
+        .filter(|t| registry.tools_with_term(req.namespace, t, false).len() <= common)
+        .collect();
+    let small = candidates.len() <= SMALL_CANDIDATE_SET;
+    // Large sets: one pass over the term index; positive counts in the high half, negative in
+    // the low half.
+    let tallies: Option<Vec<u32>> = (!small).then(|| {
+        let mut tally = vec![0u32; registry.tool_count()];
+        for term in &query {
+            for &i in registry.tools_with_term(req.namespace, term, false) {
+                tally[i] += 1 << 16;
+            }
+            for &i in registry.tools_with_term(req.namespace, term, true) {
+                tally[i] += 1;
+            }
         }
-        if !tool.is_callable() {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "tool-not-enabled",
-                reason: format!("lifecycle is {:?}", tool.lifecycle),
-            });
-            continue;
+        tally
+    });
+    let counts = |i: usize| -> (i64, i64) {
+        match &tallies {
+            Some(t) => (i64::from(t[i] >> 16), i64::from(t[i] & 0xffff)),
+            None => {
+                let t = registry.tool_at(i);
+                (
+                    query.intersection(&t.positive_terms).count() as i64,
+                    query.intersection(&t.negative_terms).count() as i64,
+                )
+            }
         }
-        if tool.spec.provenance.trust_level == TrustLevel::Untrusted {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "untrusted-provenance",
-                reason: "untrusted tools are never shown".into(),
-            });
-            continue;
+    };
+    let mut order: Vec<(bool, i64, u32, usize)> = candidates
+        .iter()
+        .map(|&i| {
+            let t = registry.tool_at(i);
+            let (positive, negative) = counts(i);
+            let failures = if req.recent_failures.is_empty() {
+                0
+            } else {
+                i64::from(req.recent_failures.get(&t.name).copied().unwrap_or(0))
+            };
+            let deprecated = if t.lifecycle == Lifecycle::Deprecated {
+                20
+            } else {
+                0
+            };
+            let score = 10 * positive - 8 * negative - 5 * failures - deprecated;
+            (
+                negative > 0 && negative >= positive,
+                -score,
+                registry.name_rank(i),
+                i,
+            )
+        })
+        .collect();
+    // Visit in rank order: policy filter, then expose until the view is full. Only the head of
+    // the order is sorted up front; the tail is sorted if the head runs out.
+    let max = req.max_tools.max(1);
+    let visit_all = small || req.explain;
+    let mut sorted = if visit_all {
+        order.len()
+    } else {
+        (max * 4).min(order.len())
+    };
+    if sorted < order.len() && sorted > 0 {
+        order.select_nth_unstable(sorted - 1);
+    }
+    order[..sorted].sort_unstable();
+    let mut exposed: Vec<ExposedTool> = Vec::new();
+    let mut visited = 0;
+    for j in 0..order.len() {
+        if exposed.len() >= max && !visit_all {
+            break;
         }
-        if !tool.spec.context_policy.expose_to_model {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "not-exposed",
-                reason: "contextPolicy.exposeToModel is false".into(),
-            });
+        if j == sorted {
+            order[sorted..].sort_unstable();
+            sorted = order.len();
+        }
+        let (negative_match, neg_score, _, i) = order[j];
+        visited += 1;
+        let tool = registry.tool_at(i);
+        let score = -neg_score;
+        if let Err(h) = gate(tool) {
+            hidden.push(h);
             continue;
         }
         let (grant, scopes) =
@@ -187,13 +285,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
                     continue;
                 }
             };
-        let (needs, _) = approval_needed(tool, &grant.spec, false);
-        let positive = query.intersection(&tool.positive_terms).count() as i64;
-        let negative = query.intersection(&tool.negative_terms).count() as i64;
-        let failures = i64::from(req.recent_failures.get(&tool.name).copied().unwrap_or(0));
-        let deprecated = tool.lifecycle == Lifecycle::Deprecated;
-        let score = 10 * positive - 8 * negative - 5 * failures - if deprecated { 20 } else { 0 };
-        if negative > 0 && negative >= positive {
+        if negative_match {
             hidden.push(HiddenTool {
                 name: tool.name.clone(),
                 code: "negative-match",
@@ -204,20 +296,27 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             });
             continue;
         }
-        let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
-        if positive > 0 {
-            reason.push_str(&format!(
-                "; intent matches {}",
-                shared(&query, &tool.positive_terms)
-            ));
+        if exposed.len() >= max {
+            hidden.push(HiddenTool {
+                name: tool.name.clone(),
+                code: "ranked-out",
+                reason: format!("ranked below the top {max} (score {score})"),
+            });
+            continue;
         }
-        if failures > 0 {
-            reason.push_str(&format!("; {failures} recent failure(s)"));
+        let (needs, _) = approval_needed(tool, &grant.spec, false);
+        let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
+        let matched = shared(&query, &tool.positive_terms);
+        if !matched.is_empty() {
+            reason.push_str(&format!("; intent matches {matched}"));
+        }
+        if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
+            reason.push_str(&format!("; {f} recent failure(s)"));
         }
         if needs {
             reason.push_str(&format!("; {} calls need approval", tool.tier));
         }
-        ranked.push(ExposedTool {
+        exposed.push(ExposedTool {
             name: tool.name.clone(),
             canonical_name: tool.spec.canonical_name.clone(),
             provider_name: String::new(),
@@ -232,27 +331,46 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             score,
             reason,
             grant: grant.name.clone(),
-            tool: tool.clone(),
-        });
-    }
-    ranked.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.name.cmp(&b.name)));
-    let max = req.max_tools.max(1);
-    for t in ranked.drain(max.min(ranked.len())..) {
-        hidden.push(HiddenTool {
-            reason: format!("ranked below the top {max} (score {})", t.score),
-            name: t.name,
-            code: "ranked-out",
+            spec: Arc::clone(&tool.spec),
         });
     }
     let mut used = BTreeSet::new();
-    for t in &mut ranked {
+    for t in &mut exposed {
         t.provider_name = provider_name(&t.canonical_name, &mut used);
     }
     hidden.sort_by(|a, b| a.name.cmp(&b.name));
     ToolView {
-        exposed: ranked,
+        exposed,
         hidden,
+        not_ranked: order.len() - visited,
     }
+}
+
+/// Lifecycle, provenance and exposure: what hides a tool before any grant is looked at.
+fn gate(tool: &RegisteredTool) -> Result<(), HiddenTool> {
+    let hide = |code, reason: String| {
+        Err(HiddenTool {
+            name: tool.name.clone(),
+            code,
+            reason,
+        })
+    };
+    if !tool.is_callable() {
+        return hide(
+            "tool-not-enabled",
+            format!("lifecycle is {:?}", tool.lifecycle),
+        );
+    }
+    if tool.spec.provenance.trust_level == TrustLevel::Untrusted {
+        return hide(
+            "untrusted-provenance",
+            "untrusted tools are never shown".into(),
+        );
+    }
+    if !tool.spec.context_policy.expose_to_model {
+        return hide("not-exposed", "contextPolicy.exposeToModel is false".into());
+    }
+    Ok(())
 }
 
 fn shared(a: &BTreeSet<String>, b: &BTreeSet<String>) -> String {
@@ -306,7 +424,7 @@ impl ToolView {
 
 /// The description a model reads: summary, when to use, when not to, and the approval hint.
 fn model_description(t: &ExposedTool) -> String {
-    let d = &t.tool.spec.description;
+    let d = &t.spec.description;
     let mut s = d.summary.clone();
     if !d.use_when.is_empty() {
         s.push_str(&format!("\nUse when: {}.", d.use_when.join("; ")));
@@ -326,7 +444,7 @@ fn model_description(t: &ExposedTool) -> String {
 }
 
 fn render_tool(t: &ExposedTool, format: ViewFormat) -> Value {
-    let spec = &t.tool.spec;
+    let spec = &t.spec;
     let schema = spec.schemas.input_schema.clone();
     match format {
         ViewFormat::OpenAi => json!({

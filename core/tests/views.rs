@@ -98,7 +98,11 @@ fn the_policy_filter_hides_what_the_principal_may_not_use() {
     let stranger = Principal::new("system:serviceaccount:team-a:stranger");
     let v = view(&r, &stranger, "anything", None, 10, true, &none);
     assert!(v.exposed.is_empty());
-    assert!(v.hidden.iter().all(|h| h.code == "no-grant"));
+    assert!(
+        v.hidden.iter().all(|h| h.code == "no-grant"),
+        "{:#?}",
+        v.hidden
+    );
 }
 
 #[test]
@@ -339,4 +343,92 @@ fn provider_payloads_carry_only_what_the_provider_expects() {
         canonical.to_string().contains("sha256:"),
         "the canonical form pins the version"
     );
+}
+
+/// Past the small-set threshold a view is scored through the term index and visited only until
+/// it is full; it must expose exactly what a full evaluation (explain) exposes.
+#[test]
+fn large_candidate_sets_rank_like_a_full_evaluation() {
+    let mut docs = support::examples();
+    let template = docs
+        .iter()
+        .find(|d| d.value["metadata"]["name"] == "file.read")
+        .expect("file.read")
+        .value
+        .clone();
+    let words = [
+        "ledger",
+        "invoice",
+        "report",
+        "schema",
+        "config",
+        "readme",
+        "changelog",
+        "fixture",
+    ];
+    for i in 0..150 {
+        let mut d = template.clone();
+        let name = format!("gen.read-{i:03}");
+        d["metadata"]["name"] = Value::from(name.clone());
+        d["spec"]["canonicalName"] = Value::from(name);
+        d["spec"]["description"]["summary"] = Value::from(format!(
+            "Read one {} file number {i}",
+            words[i % words.len()]
+        ));
+        if i % 7 == 0 {
+            d["spec"]["description"]["doNotUseWhen"] =
+                serde_json::json!(["reading invoice drafts"]);
+        }
+        if i % 11 == 0 {
+            d["spec"]["disabled"] = Value::Bool(true);
+        }
+        docs.push(toolgate_core::manifest::RawManifest {
+            origin: toolgate_core::manifest::Origin {
+                source: format!("gen-{i}"),
+                document: 0,
+            },
+            value: d,
+        });
+    }
+    // A selector grant: every read tool, so the candidate set is large.
+    docs.push(toolgate_core::manifest::RawManifest {
+        origin: toolgate_core::manifest::Origin { source: "gen-grant".into(), document: 0 },
+        value: serde_json::json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolGrant",
+            "metadata": {"name": "readers", "namespace": "team-a"},
+            "spec": {"subjects": [{"kind": "User", "name": "reader"}], "tools": {"selector": {"actionTypes": ["read"]}}, "scopes": ["workspace:read", "web:fetch"]}}),
+    });
+    let report = support::linter().lint(docs, now());
+    let r = Registry::from_objects(&report.objects);
+    let reader = Principal::new("reader");
+    let failures = BTreeMap::from([("gen.read-003".to_string(), 2u32)]);
+    for intent in [
+        "read the ledger file",
+        "invoice report",
+        "the changelog",
+        "reading invoice drafts",
+        "",
+    ] {
+        let fast = view(
+            &r,
+            &reader,
+            intent,
+            Some(ActionType::Read),
+            5,
+            false,
+            &failures,
+        );
+        let full = view(
+            &r,
+            &reader,
+            intent,
+            Some(ActionType::Read),
+            5,
+            true,
+            &failures,
+        );
+        assert_eq!(names(&fast), names(&full), "{intent:?}");
+        assert_eq!(fast.exposed.len(), 5);
+        assert!(fast.not_ranked > 0, "the fast path stops early");
+        assert_eq!(full.not_ranked, 0);
+    }
 }

@@ -16,19 +16,27 @@ pub type Local = (Severity, String, &'static str, String);
 
 /// The descriptor rules alone, for registration: references resolve against `set`.
 pub fn descriptor_findings(obj: &Object, d: &ToolDescriptorSpec, set: &ObjectSet) -> Vec<Local> {
-    let declared: BTreeSet<(String, String, String)> = set
-        .iter()
-        .map(|o| {
-            (
-                o.spec.kind().to_string(),
-                o.meta.namespace().to_string(),
-                o.meta.name.clone(),
-            )
-        })
-        .collect();
     let mut out = Vec::new();
-    descriptor(obj, d, set, &declared, &mut out);
+    descriptor(obj, d, set, &Declared::Set(set), &mut out);
     out
+}
+
+/// What references may resolve to: every declared document (lint, where a broken object is
+/// still declared) or the typed objects (registration).
+pub enum Declared<'a> {
+    /// `(kind, namespace, name)` of every declared document.
+    Names(&'a BTreeSet<(String, String, String)>),
+    /// The typed objects.
+    Set(&'a ObjectSet),
+}
+
+impl Declared<'_> {
+    fn contains(&self, kind: &str, ns: &str, name: &str) -> bool {
+        match self {
+            Declared::Names(n) => n.contains(&(kind.to_string(), ns.to_string(), name.to_string())),
+            Declared::Set(s) => s.contains(kind, ns, name),
+        }
+    }
 }
 
 /// Report credential values anywhere in a document. Returns the paths reported, so the schema
@@ -100,6 +108,7 @@ pub(super) fn check_objects(
     now: jiff::Timestamp,
     findings: &mut Vec<Finding>,
 ) {
+    let declared = &Declared::Names(declared);
     for obj in set.iter() {
         let mut local: Vec<Local> = Vec::new();
         match &obj.spec {
@@ -237,11 +246,11 @@ fn reference(
     kind: &str,
     name: &str,
     path: &str,
-    declared: &BTreeSet<(String, String, String)>,
+    declared: &Declared<'_>,
     out: &mut Vec<Local>,
 ) -> bool {
     let ns = obj.meta.namespace();
-    let found = declared.contains(&(kind.to_string(), ns.to_string(), name.to_string()));
+    let found = declared.contains(kind, ns, name);
     if !found {
         out.push((Severity::Error, path.into(), "dangling-reference", format!(
             "expected the name of a {kind} in namespace {ns}, found {name:?}, which is not defined in the manifests")));
@@ -253,7 +262,7 @@ fn descriptor(
     obj: &Object,
     d: &ToolDescriptorSpec,
     set: &ObjectSet,
-    declared: &BTreeSet<(String, String, String)>,
+    declared: &Declared<'_>,
     out: &mut Vec<Local>,
 ) {
     input_schema(d, out);

@@ -1,0 +1,247 @@
+//! Decision latency and view compilation over 10k generated descriptors and 10k grants, and
+//! canonical digests of a 64 KiB args object — each beside the plain alternative, with p50/p99
+//! from a timed loop after criterion's figures. Run: `cargo bench -p toolgate-core`.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use serde_json::{Value, json};
+use toolgate_core::args::ArgsLimits;
+use toolgate_core::decision::{CallUnderReview, decide, decide_in};
+use toolgate_core::digest::{json_digest, sha256};
+use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::{GrantEntry, Registry};
+use toolgate_core::view::{ViewRequest, compile_view};
+use toolgate_crds::{ActionType, ToolCallSpec};
+
+const TOOLS: usize = 10_000;
+const GRANTS: usize = 10_000;
+const NS: &str = "bench";
+
+fn object(kind_spec: Spec, name: String) -> Object {
+    Object {
+        origin: Origin {
+            source: "bench".into(),
+            document: 0,
+        },
+        meta: Meta {
+            name,
+            namespace: Some(NS.into()),
+            labels: BTreeMap::from([("tier".into(), "gen".into())]),
+        },
+        spec: kind_spec,
+    }
+}
+
+fn descriptor(i: usize) -> Spec {
+    let action = ActionType::ALL[i % 4]; // read, search, inspect, compute: no approvals, no scopes beyond one
+    let spec = json!({
+        "canonicalName": format!("tool-{i}"),
+        "version": "1.0.0",
+        "source": {"type": "cli"},
+        "description": {"summary": format!("Generated tool {i} that reads record {} of the ledger", i % 97),
+                        "useWhen": [format!("looking up ledger entry {}", i % 89)], "doNotUseWhen": ["writing"]},
+        "intent": {"actionTypes": [action], "domains": [format!("d{}", i % 10)]},
+        "schemas": {"inputSchema": {"type": "object", "required": ["path"], "additionalProperties": false,
+                     "properties": {"path": {"type": "string", "maxLength": 256, "pattern": "^[a-z0-9/._-]+$"}}}},
+        "effects": {"reads": ["workspace:**"], "writes": [], "externalCalls": false, "sendsUserData": false,
+                    "mutatesState": false, "idempotent": true, "reversible": true, "dryRunSupported": false},
+        "risk": {"level": "low", "destructive": false, "openWorld": false},
+        "permissions": {"approvalPolicy": "never", "requiredScopes": ["ledger:read"]},
+        "sandboxPolicyRef": {"name": "sbx"},
+        "contextPolicy": {"exposeToModel": true, "exposeOutputToModel": "preview", "maxOutputPreviewTokens": 100},
+        "execution": {"adapter": "cli", "argv": ["cat", "--", "{{path}}"], "timeoutMs": 1000},
+        "provenance": {"trustLevel": "first_party"}
+    });
+    Spec::from_json("ToolDescriptor", &spec).expect("descriptor")
+}
+
+fn grant(i: usize) -> Spec {
+    let names: Vec<String> = (0..8)
+        .map(|k| format!("tool-{}", (i * 7 + k * 131) % TOOLS))
+        .collect();
+    let mut spec = json!({
+        "subjects": [{"kind": "ServiceAccount", "name": format!("agent-{}", i % (GRANTS / 2))}],
+        "tools": {"names": names},
+        "scopes": ["ledger:read"],
+    });
+    if i % 10 == 9 {
+        spec["tools"]["selector"] =
+            json!({"actionTypes": ["read"], "matchLabels": {"tier": "gen"}});
+    }
+    Spec::from_json("ToolGrant", &spec).expect("grant")
+}
+
+fn registry() -> Registry {
+    let sandbox = json!({"mode": "read_only", "filesystem": {"readRoots": ["workspace"]}, "network": {"egress": "none"},
+        "process": {"timeoutMs": 1000, "maxMemoryMb": 64, "maxStdoutBytes": 1024, "maxStderrBytes": 1024}});
+    let mut objects = vec![object(
+        Spec::from_json("SandboxPolicy", &sandbox).expect("sandbox"),
+        "sbx".into(),
+    )];
+    objects.extend((0..TOOLS).map(|i| object(descriptor(i), format!("tool-{i}"))));
+    objects.extend((0..GRANTS).map(|i| object(grant(i), format!("grant-{i}"))));
+    Registry::from_objects(&ObjectSet::new(objects))
+}
+
+fn call_for(tool: &str, action: ActionType) -> ToolCallSpec {
+    serde_json::from_value(json!({
+        "toolRef": {"name": tool},
+        "principal": "system:serviceaccount:bench:agent-42",
+        "args": {"path": "ledger/2026/11.csv"},
+        "intent": {"userGoal": "reconcile the ledger", "currentTask": "read November", "actionType": action,
+                   "rationaleSummary": "the totals differ"}
+    }))
+    .expect("call")
+}
+
+fn args_64k() -> Value {
+    let mut m = serde_json::Map::new();
+    for i in 0..512 {
+        m.insert(
+            format!("field-{i:04}"),
+            json!({"k": i, "text": "x".repeat(100)}),
+        );
+    }
+    Value::Object(m)
+}
+
+/// p50 and p99 of `f` over `n` timed calls.
+fn percentiles(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let mut t: Vec<Duration> = (0..n)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed()
+        })
+        .collect();
+    t.sort_unstable();
+    (t[n / 2], t[n * 99 / 100])
+}
+
+fn main() {
+    let setup = Instant::now();
+    let r = registry();
+    println!(
+        "setup: registered {TOOLS} descriptors and indexed {GRANTS} grants in {:.2?}",
+        setup.elapsed()
+    );
+    let principal = Principal::new("system:serviceaccount:bench:agent-42");
+    let grants = r.grants_for(NS, &principal);
+    let tool_name = grants[0].spec.tools.names[0].clone();
+    let tool = r.tool(NS, &tool_name).expect("tool");
+    let call = call_for(&tool_name, tool.spec.intent.action_types[0]);
+    let review = CallUnderReview {
+        namespace: NS,
+        name: "c",
+        spec: &call,
+        principal: &principal,
+    };
+    let now: jiff::Timestamp = "2026-11-30T00:00:00Z".parse().expect("now");
+    let limits = ArgsLimits::default();
+    assert_eq!(
+        decide_in(&r, &review, &[], now, &limits).outcome,
+        toolgate_crds::DecisionOutcome::Allow
+    );
+    let all_grants: Vec<&GrantEntry> = r.grants().collect();
+    let failures = BTreeMap::new();
+    let view_req = ViewRequest {
+        namespace: NS,
+        principal: &principal,
+        intent: "look up ledger entry 42 for the reconciliation",
+        action_type: Some(ActionType::Read),
+        domains: &[],
+        max_tools: 8,
+        recent_failures: &failures,
+        explain: false,
+        now,
+    };
+    let selector_principal = Principal::new("system:serviceaccount:bench:agent-9"); // grant-9 has a selector
+    let selector_req = ViewRequest {
+        principal: &selector_principal,
+        ..view_req.clone()
+    };
+    let args = args_64k();
+
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    c.bench_function("decision/indexed (10k tools, 10k grants)", |b| {
+        b.iter(|| decide_in(black_box(&r), &review, &[], now, &limits))
+    });
+    c.bench_function("decision/plain linear scan of all grants", |b| {
+        b.iter(|| {
+            decide(
+                black_box(&review),
+                Some(tool),
+                &all_grants,
+                &[],
+                now,
+                &limits,
+            )
+        })
+    });
+    c.bench_function("view/by action type, named grants (10k)", |b| {
+        b.iter(|| compile_view(black_box(&r), &view_req))
+    });
+    c.bench_function("view/by action type, selector grant (10k)", |b| {
+        b.iter(|| compile_view(black_box(&r), &selector_req))
+    });
+    c.bench_function("digest/canonical sha256 of 64 KiB args", |b| {
+        b.iter(|| json_digest(black_box(&args)))
+    });
+    c.bench_function("digest/plain serde_json + sha256 of 64 KiB args", |b| {
+        b.iter(|| sha256(&serde_json::to_vec(black_box(&args)).expect("json")))
+    });
+    c.final_summary();
+
+    println!("\np50 / p99 over timed loops:");
+    let rows: Vec<(&str, (Duration, Duration))> = vec![
+        (
+            "decision indexed",
+            percentiles(20_000, || {
+                black_box(decide_in(&r, &review, &[], now, &limits));
+            }),
+        ),
+        (
+            "decision linear scan",
+            percentiles(2_000, || {
+                black_box(decide(&review, Some(tool), &all_grants, &[], now, &limits));
+            }),
+        ),
+        (
+            "view named grants",
+            percentiles(5_000, || {
+                black_box(compile_view(&r, &view_req));
+            }),
+        ),
+        (
+            "view selector grant",
+            percentiles(500, || {
+                black_box(compile_view(&r, &selector_req));
+            }),
+        ),
+        (
+            "digest 64 KiB canonical",
+            percentiles(2_000, || {
+                black_box(json_digest(&args).ok());
+            }),
+        ),
+        (
+            "digest 64 KiB plain",
+            percentiles(2_000, || {
+                black_box(sha256(&serde_json::to_vec(&args).unwrap_or_default()));
+            }),
+        ),
+    ];
+    for (name, (p50, p99)) in rows {
+        println!("  {name:<26} p50 {p50:>10.2?}  p99 {p99:>10.2?}");
+    }
+}
