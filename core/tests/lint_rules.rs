@@ -564,3 +564,66 @@ fn every_problem_is_reported_in_one_run() {
     let codes: Vec<&str> = errors(&report).iter().map(|f| f.code).collect();
     assert_eq!(codes.len(), 3, "{codes:?}");
 }
+
+#[test]
+fn remaining_rules() {
+    // Warnings: untrusted provenance, a canonical name that differs from the object name, an
+    // approval naming another principal.
+    let report = lint(mutate("ToolDescriptor", "git.diff", |v| {
+        set(v, "/spec/provenance/trustLevel", json!("untrusted"));
+        set(v, "/spec/canonicalName", json!("git.show-diff"));
+    }));
+    let codes: Vec<(&str, Severity)> = report
+        .findings
+        .iter()
+        .filter(|f| f.object.as_deref() == Some("ToolDescriptor/git.diff"))
+        .map(|f| (f.code, f.severity))
+        .collect();
+    assert!(
+        codes.contains(&("untrusted", Severity::Warning)),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&("name-mismatch", Severity::Warning)),
+        "{codes:?}"
+    );
+    let report = lint(mutate("ToolApproval", "report-flaky-tz-alice", |v| {
+        set(
+            v,
+            "/spec/principal",
+            json!("system:serviceaccount:team-a:other"),
+        )
+    }));
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.code == "approval-void" && f.path == "spec.principal")
+    );
+
+    // A document that is not a mapping, and one without metadata.
+    let mut docs = examples();
+    docs.push(toolgate_core::manifest::RawManifest {
+        origin: toolgate_core::manifest::Origin {
+            source: "list.yaml".into(),
+            document: 0,
+        },
+        value: json!([1, 2]),
+    });
+    docs.push(toolgate_core::manifest::RawManifest {
+        origin: toolgate_core::manifest::Origin {
+            source: "nometa.yaml".into(),
+            document: 0,
+        },
+        value: json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolGrant", "spec": {}}),
+    });
+    let report = lint(docs);
+    let codes: Vec<(&str, &str)> = errors(&report)
+        .iter()
+        .map(|f| (f.code, f.path.as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![("not-an-object", ""), ("metadata", "metadata.name")]
+    );
+}
