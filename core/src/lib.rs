@@ -7,6 +7,7 @@ pub mod approval;
 pub mod args;
 pub mod decision;
 pub mod digest;
+pub mod exec;
 pub mod lint;
 pub mod manifest;
 pub mod policy_diff;

@@ -1,0 +1,265 @@
+//! The HTTP adapter: a request rendered from the template, the credential in a header from its
+//! file, the response captured under the same caps, redirects only inside the allowed domains.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use toolgate_core::exec::ExecSpec;
+use toolgate_core::redact::Redactor;
+use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
+
+use crate::render::{render_text, render_url};
+use crate::run::{Credential, ExecError, assemble, failure, target};
+use crate::sink::Sink;
+use crate::store::ArtifactStore;
+
+/// Whether `host` is one of the allowed domains (`*.example.com` matches subdomains only).
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    allowed.iter().any(|a| {
+        let a = a.to_ascii_lowercase();
+        match a.strip_prefix("*.") {
+            Some(base) => host.len() > base.len() + 1 && host.ends_with(&format!(".{base}")),
+            None => host == a,
+        }
+    })
+}
+
+pub(crate) async fn run_http(
+    spec: &ExecSpec,
+    credentials: &[Credential],
+    store: &ArtifactStore,
+    redactor: &Redactor,
+) -> Result<CallResult, ExecError> {
+    let Some(http) = &spec.execution.http else {
+        return Err(ExecError::Unrunnable(
+            "execution.http is missing: an http tool needs a request template".into(),
+        ));
+    };
+    let url_text = render_url(&http.url_template, &spec.args)?;
+    let url = reqwest::Url::parse(&url_text).map_err(|e| {
+        ExecError::Unrunnable(format!(
+            "execution.http.urlTemplate renders to an invalid URL: {e}"
+        ))
+    })?;
+    let host = url.host_str().unwrap_or_default().to_string();
+    if !host_allowed(&host, &spec.allowed_domains) {
+        return Err(ExecError::Unrunnable(format!(
+            "{host} is not among the sandbox's allowed domains ({})",
+            spec.allowed_domains.join(", ")
+        )));
+    }
+    let allowed = spec.allowed_domains.clone();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let ok = attempt.previous().len() < 5
+            && attempt
+                .url()
+                .host_str()
+                .is_some_and(|h| host_allowed(h, &allowed));
+        if ok { attempt.follow() } else { attempt.stop() }
+    });
+    let client = reqwest::Client::builder()
+        .redirect(policy)
+        .timeout(Duration::from_millis(spec.limits.timeout_ms))
+        .build()
+        .map_err(|e| ExecError::Unrunnable(format!("http client: {e}")))?;
+    let method = match http.method {
+        HttpMethod::Get => reqwest::Method::GET,
+        HttpMethod::Post => reqwest::Method::POST,
+        HttpMethod::Put => reqwest::Method::PUT,
+        HttpMethod::Patch => reqwest::Method::PATCH,
+        HttpMethod::Delete => reqwest::Method::DELETE,
+    };
+    let mut req = client.request(method, url.clone());
+    for (name, template) in &http.headers {
+        let value = render_text(
+            template,
+            &format!("execution.http.headers.{name}"),
+            &spec.args,
+        )?;
+        if value.contains(['\r', '\n']) {
+            return Err(ExecError::Unrunnable(format!(
+                "execution.http.headers.{name}: a header value may not contain a line break"
+            )));
+        }
+        req = req.header(name.as_str(), value);
+    }
+    if let Some(header) = &http.credential_header {
+        let Some(cred) = credentials.first() else {
+            return Err(ExecError::Unrunnable(format!(
+                "execution.http.credentialHeader {header} is set but the call has no credential"
+            )));
+        };
+        let value = format!(
+            "{}{}",
+            http.credential_prefix.as_deref().unwrap_or(""),
+            cred.value
+        );
+        req = req.header(header.as_str(), value);
+    }
+    if !http.body_args.is_empty() {
+        let body: Map<String, Value> = http
+            .body_args
+            .iter()
+            .filter_map(|k| {
+                spec.args
+                    .get(k)
+                    .filter(|v| !v.is_null())
+                    .map(|v| (k.clone(), v.clone()))
+            })
+            .collect();
+        let bytes = serde_json::to_vec(&Value::Object(body))
+            .map_err(|e| ExecError::Unrunnable(format!("request body: {e}")))?;
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes);
+    }
+
+    let started = Instant::now();
+    let preview_limit = spec.context.preview_bytes();
+    let mut body = Sink::open(
+        store,
+        target(
+            spec,
+            "response-body",
+            ArtifactKind::ToolOutput,
+            "application/octet-stream",
+            spec.limits.max_stdout_bytes,
+            preview_limit,
+        ),
+        redactor,
+    )
+    .await?;
+    let mut resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            let o = body.finish(None).await?;
+            let (code, retryable) = if e.is_timeout() {
+                ("timeout", true)
+            } else if e.is_redirect() {
+                ("redirect-refused", false)
+            } else {
+                ("http-request-failed", true)
+            };
+            // reqwest's message may contain the URL; the redactor runs over it in execute().
+            let message = format!(
+                "{} {}: {e}",
+                spec.execution
+                    .http
+                    .as_ref()
+                    .map_or("", |h| h.url_template.as_str()),
+                "request failed"
+            );
+            return Ok(failure(
+                ResultStatus::Error,
+                code,
+                &message,
+                retryable,
+                vec![o.artifact],
+                started,
+            ));
+        }
+    };
+    let status = i32::from(resp.status().as_u16());
+    let final_host = resp.url().host_str().unwrap_or_default().to_string();
+    let redirected_out = resp.status().is_redirection();
+    let mut headers = String::new();
+    for (k, v) in resp.headers() {
+        headers.push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+    }
+    let mut structured = spec.output_schema.as_ref().map(|_| Vec::new());
+    let mut timed_out = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if let Some(s) = structured.as_mut()
+                    && s.len() < 1024 * 1024
+                {
+                    s.extend_from_slice(&chunk[..chunk.len().min(1024 * 1024 - s.len())]);
+                }
+                body.write(&chunk).await?;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                timed_out = e.is_timeout();
+                break;
+            }
+        }
+    }
+    let out = body
+        .finish(Some(format!("HTTP {status} response body")))
+        .await?;
+    let mut head = Sink::open(
+        store,
+        target(
+            spec,
+            "response-headers",
+            ArtifactKind::Log,
+            "text/plain; charset=utf-8",
+            spec.limits.max_stderr_bytes,
+            0,
+        ),
+        redactor,
+    )
+    .await?;
+    head.write(headers.as_bytes()).await?;
+    let head = head.finish(Some("response headers".into())).await?;
+    let mut result = assemble(
+        spec,
+        out,
+        None,
+        Some(status),
+        timed_out,
+        structured,
+        started,
+    );
+    result.artifacts.push(head.artifact);
+    if redirected_out {
+        result.error = Some(toolgate_crds::CallError {
+            code: "redirect-refused".into(),
+            message:
+                "the server redirected outside the allowed domains; the redirect was not followed"
+                    .into(),
+            retryable: false,
+            safe_to_show_user: true,
+        });
+        result.status = ResultStatus::Error;
+    }
+    result.effects_observed = Some(ObservedEffects {
+        external_calls: vec![format!("{} {final_host}", http.method_name())],
+        ..Default::default()
+    });
+    Ok(result)
+}
+
+trait MethodName {
+    fn method_name(&self) -> &'static str;
+}
+
+impl MethodName for toolgate_crds::HttpExecution {
+    fn method_name(&self) -> &'static str {
+        match self.method {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_hosts() {
+        let allowed = vec!["api.github.com".to_string(), "*.example.com".to_string()];
+        assert!(host_allowed("api.github.com", &allowed));
+        assert!(host_allowed("API.GitHub.com.", &allowed));
+        assert!(host_allowed("a.example.com", &allowed));
+        assert!(!host_allowed("example.com", &allowed));
+        assert!(!host_allowed("evil-example.com", &allowed));
+        assert!(!host_allowed("api.github.com.evil.net", &allowed));
+    }
+}

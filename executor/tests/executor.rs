@@ -1,0 +1,620 @@
+//! The real `toolgate-executor` binary against real processes, a local HTTP server, a local
+//! artifact directory and a real S3-compatible server (moto, started here).
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const CANARY: &str = "tg-canary-5f0c2e7d41b9-do-not-leak";
+
+struct Run {
+    code: i32,
+    result: Value,
+    stderr: String,
+}
+
+fn base_spec(artifacts: &Path, argv: Value) -> Value {
+    json!({
+        "apiVersion": "toolgate.dev/exec/v1",
+        "call": {"namespace": "team-a", "name": "call-1", "eventId": "evt-started-1"},
+        "execution": {"adapter": "cli", "argv": argv, "timeoutMs": 10000},
+        "args": {},
+        "limits": {"timeoutMs": 10000, "maxStdoutBytes": 104857600u64, "maxStderrBytes": 1048576},
+        "context": {"exposeOutputToModel": "preview", "maxOutputPreviewTokens": 50},
+        "artifacts": {"type": "local", "dir": artifacts.display().to_string()},
+        "env": {"inherit": ["PATH"]}
+    })
+}
+
+fn run_spec(dir: &Path, spec: &Value) -> Run {
+    let path = dir.join("spec.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(spec).expect("spec")).expect("write spec");
+    run_file(&path, &[])
+}
+
+fn run_file(path: &Path, extra: &[&str]) -> Run {
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(path)
+        .args(extra)
+        .output()
+        .expect("run executor");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = stdout.lines().last().unwrap_or_default();
+    assert!(
+        line.len() <= 4096,
+        "result over 4 KiB: {} bytes",
+        line.len()
+    );
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        result: serde_json::from_str(line).unwrap_or(Value::Null),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn artifact<'a>(r: &'a Value, id: &str) -> &'a Value {
+    r["artifacts"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["artifactId"] == id))
+        .unwrap_or_else(|| panic!("no artifact {id}: {r:#}"))
+}
+
+fn local_file(a: &Value) -> PathBuf {
+    PathBuf::from(
+        a["uri"]
+            .as_str()
+            .and_then(|u| u.strip_prefix("file://"))
+            .expect("file uri"),
+    )
+}
+
+fn sha(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+#[test]
+fn an_ordinary_command() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let r = run_spec(
+        dir.path(),
+        &base_spec(
+            &dir.path().join("art"),
+            json!(["printf", "hello %s\\n", "world"]),
+        ),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.result["status"], "success");
+    assert_eq!(r.result["exitCode"], 0);
+    assert_eq!(r.result["outputPreview"], "hello world\n");
+    let a = artifact(&r.result, "stdout");
+    assert_eq!(
+        a["eventId"], "evt-started-1",
+        "every artifact names its event"
+    );
+    assert!(
+        a["uri"]
+            .as_str()
+            .expect("uri")
+            .ends_with("/team-a/call-1/stdout"),
+        "keyed by namespace/call/artifact"
+    );
+    let stored = std::fs::read(local_file(a)).expect("artifact");
+    assert_eq!(stored, b"hello world\n");
+    assert_eq!(a["contentHash"], sha(&stored));
+    assert_eq!(a["sizeBytes"], 12);
+    assert_eq!(r.result["verifier"]["status"], "passed");
+}
+
+#[test]
+fn fifty_mebibytes_are_stored_whole_with_a_bounded_preview() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let n: u64 = 50 * 1024 * 1024;
+    let r = run_spec(
+        dir.path(),
+        &base_spec(
+            &dir.path().join("art"),
+            json!(["head", "-c", n.to_string(), "/dev/zero"]),
+        ),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.result["status"], "success");
+    assert!(r.result["outputPreview"].as_str().expect("preview").len() <= 200);
+    let a = artifact(&r.result, "stdout");
+    assert_eq!(a["sizeBytes"], n);
+    let stored = std::fs::read(local_file(a)).expect("artifact");
+    assert_eq!(stored.len() as u64, n);
+    assert_eq!(a["contentHash"], sha(&stored));
+    // Memory stays bounded: measure the executor alone (a wrapper reports its peak RSS).
+    let spec_path = dir.path().join("spec.json");
+    let probe = Command::new("python3")
+        .args(["-c", "import resource,subprocess,sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"])
+        .arg(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(&spec_path)
+        .output()
+        .expect("python3");
+    let max_rss_kib: u64 = String::from_utf8_lossy(&probe.stdout)
+        .trim()
+        .parse()
+        .expect("rss");
+    assert!(
+        max_rss_kib < 48 * 1024,
+        "the executor peaked at {max_rss_kib} KiB for a 50 MiB output"
+    );
+}
+
+#[test]
+fn a_timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pidfile = dir.path().join("grandchild.pid");
+    // The test's tool starts a background grandchild and waits; both must die.
+    let argv = json!([
+        "sh",
+        "-c",
+        format!("sleep 30 & echo $! > {}; wait", pidfile.display())
+    ]);
+    let mut spec = base_spec(&dir.path().join("art"), argv);
+    spec["limits"]["timeoutMs"] = json!(500);
+    let started = std::time::Instant::now();
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "the executor returned promptly"
+    );
+    assert_eq!(r.result["status"], "error");
+    assert_eq!(r.result["error"]["code"], "timeout");
+    assert_eq!(r.result["error"]["retryable"], true);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "grandchild {pid} survived the timeout");
+}
+
+#[test]
+fn injection_attempts_arrive_as_literal_arguments() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = dir.path().join("pwned");
+    let mut spec = base_spec(
+        &dir.path().join("art"),
+        json!(["printf", "[%s]\\n", "{{a}}", "{{b}}", "{{c}}", "{{d}}"]),
+    );
+    spec["args"] = json!({
+        "a": "; rm -rf /",
+        "b": format!("$(touch {})", marker.display()),
+        "c": "../../etc/passwd",
+        "d": format!("`touch {}` && echo | tee x", marker.display()),
+    });
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = std::fs::read_to_string(local_file(artifact(&r.result, "stdout"))).expect("stdout");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "[; rm -rf /]");
+    assert_eq!(lines[1], format!("[$(touch {})]", marker.display()));
+    assert_eq!(lines[2], "[../../etc/passwd]");
+    assert!(!marker.exists(), "nothing was interpreted by a shell");
+
+    // A value that would become an option is refused before anything runs...
+    spec["args"]["a"] = json!("--output=/tmp/x");
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 65);
+    assert!(
+        r.stderr.contains("execution.argv[2]") && r.stderr.contains("would be read as an option"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.result["error"]["code"], "template");
+    // ...unless the template ends options first.
+    spec["execution"]["argv"] = json!(["printf", "[%s]\\n", "--", "{{a}}"]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn a_canary_credential_never_reaches_the_preview_or_the_artifacts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("github-token"), format!("{CANARY}\n")).expect("cred");
+    std::fs::write(dir.path().join("env-token"), CANARY).expect("cred");
+    let argv = json!([
+        "sh",
+        "-c",
+        "cat \"$TOOLGATE_CREDENTIALS_DIR/github-token\"; echo \"env=$GH_TOKEN\"; printf %s \"$GH_TOKEN\" | base64; echo \"$GH_TOKEN\" >&2; exit 3"
+    ]);
+    let mut spec = base_spec(&dir.path().join("art"), argv);
+    spec["credentials"] = json!([
+        {"binding": "github-issues-bot", "fileName": "github-token"},
+        {"binding": "github-env", "fileName": "env-token", "envName": "GH_TOKEN"}
+    ]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = r.result.to_string();
+    assert!(!text.contains(CANARY), "result leaks the canary: {text}");
+    assert!(text.contains("[REDACTED]"), "{text}");
+    assert_eq!(r.result["error"]["code"], "exit-nonzero");
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    for id in ["stdout", "stderr"] {
+        let stored =
+            std::fs::read_to_string(local_file(artifact(&r.result, id))).expect("artifact");
+        assert!(
+            !stored.contains(CANARY) && !stored.contains(&b64),
+            "{id} leaks: {stored}"
+        );
+        assert!(stored.contains("[REDACTED]"), "{id}: {stored}");
+    }
+}
+
+#[test]
+fn stdin_env_allowlist_and_working_dir() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let work = dir.path().join("ws");
+    std::fs::create_dir(&work).expect("ws");
+    let mut spec = base_spec(
+        &dir.path().join("art"),
+        json!([
+            "sh",
+            "-c",
+            "cat > note.txt; pwd; echo \"home=${HOME:-unset} lang=$LANG\""
+        ]),
+    );
+    spec["execution"]["stdin"] = json!("{{content}}");
+    spec["args"] = json!({"content": "from stdin\n"});
+    spec["workingDir"] = json!(work.display().to_string());
+    spec["env"] = json!({"inherit": ["PATH"], "set": {"LANG": "C.UTF-8"}});
+    spec["writeRoots"] = json!([work.display().to_string()]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(work.join("note.txt")).expect("note"),
+        "from stdin\n"
+    );
+    let out = std::fs::read_to_string(local_file(artifact(&r.result, "stdout"))).expect("stdout");
+    assert!(
+        out.contains(&work.display().to_string()) && out.contains("home=unset lang=C.UTF-8"),
+        "{out}"
+    );
+    // Observed effects and a diff artifact for the workspace write.
+    assert!(
+        r.result["effectsObserved"]["writes"][0]
+            .as_str()
+            .expect("write")
+            .ends_with("ws/note.txt"),
+        "{:#}",
+        r.result
+    );
+    let diff =
+        std::fs::read_to_string(local_file(artifact(&r.result, "workspace.diff"))).expect("diff");
+    assert!(diff.contains("+from stdin"), "{diff}");
+}
+
+#[test]
+fn bad_inputs_have_distinct_exit_codes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let r = run_file(&dir.path().join("missing.json"), &[]);
+    assert_eq!(r.code, 66, "{}", r.stderr);
+    assert!(r.stderr.contains("missing.json"));
+
+    let path = dir.path().join("bad.json");
+    std::fs::write(&path, "{not json").expect("w");
+    assert_eq!(run_file(&path, &[]).code, 67, "not JSON");
+    std::fs::write(&path, "{}").expect("w");
+    assert_eq!(
+        run_file(&path, &[]).code,
+        68,
+        "no apiVersion reads as a wrong version"
+    );
+
+    let mut spec = base_spec(&dir.path().join("art"), json!(["true"]));
+    spec["apiVersion"] = json!("toolgate.dev/exec/v0");
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 68);
+    assert!(r.stderr.contains("toolgate.dev/exec/v0"), "{}", r.stderr);
+
+    let mut spec = base_spec(&dir.path().join("art"), json!(["true"]));
+    spec["limits"]["timeoutMs"] = json!("soon");
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 67);
+    assert!(r.stderr.contains("limits.timeoutMs"), "{}", r.stderr);
+
+    let mut spec = base_spec(&dir.path().join("art"), json!(["true"]));
+    spec["credentials"] = json!([{"binding": "gh", "fileName": "absent-token"}]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 71);
+    assert!(r.stderr.contains("CredentialBinding gh"), "{}", r.stderr);
+
+    let spec = base_spec(&dir.path().join("art"), json!(["cat", "{{path}}"]));
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 65);
+    assert!(r.stderr.contains("needs arg \"path\""), "{}", r.stderr);
+
+    let spec = base_spec(&dir.path().join("art"), json!(["/no/such/program"]));
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.result["error"]["code"], "spawn-failed");
+}
+
+#[test]
+fn structured_output_is_validated() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut spec = base_spec(
+        &dir.path().join("art"),
+        json!(["printf", "{\"passed\": 3, \"failed\": 0}"]),
+    );
+    spec["outputSchema"] = json!({"type": "object", "required": ["passed"], "properties": {"passed": {"type": "integer"}}});
+    spec["context"]["exposeOutputToModel"] = json!("structured");
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.result["status"], "success", "{:#}", r.result);
+    assert_eq!(r.result["structuredOutput"]["passed"], 3);
+    spec["execution"]["argv"] = json!(["printf", "{\"passed\": \"three\"}"]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.result["status"], "partial");
+    assert_eq!(r.result["verifier"]["status"], "failed");
+    assert!(r.result.get("structuredOutput").is_none());
+}
+
+/// A one-connection-at-a-time HTTP server on loopback that records each request and answers
+/// with a scripted response.
+fn http_server(responses: Vec<String>) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let handle = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        listener.set_nonblocking(true).expect("nonblocking");
+        for response in responses {
+            // Give up after 15 s so a failing executor cannot hang the test.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            let mut stream = loop {
+                match listener.accept() {
+                    Ok((s, _)) => break Some(s),
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(20))
+                    }
+                    Err(_) => break None,
+                }
+            };
+            let Some(mut stream) = stream.take() else {
+                break;
+            };
+            stream.set_nonblocking(false).ok();
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .ok();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length: ")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            seen.push(String::from_utf8_lossy(&buf).into_owned());
+            let _ = stream.write_all(response.as_bytes());
+        }
+        seen
+    });
+    (port, handle)
+}
+
+fn http_spec(dir: &Path, port: u16) -> Value {
+    let mut spec = base_spec(&dir.join("art"), json!([]));
+    spec["execution"] = json!({
+        "adapter": "http",
+        "http": {
+            "method": "POST",
+            "urlTemplate": format!("http://127.0.0.1:{port}/repos/{{{{owner}}}}/{{{{repo}}}}/issues"),
+            "headers": {"Accept": "application/json"},
+            "bodyArgs": ["title", "labels"],
+            "credentialHeader": "Authorization",
+            "credentialPrefix": "Bearer "
+        },
+        "timeoutMs": 5000
+    });
+    spec["args"] =
+        json!({"owner": "acme", "repo": "web app/..", "title": "flaky test", "labels": ["bug"]});
+    spec["allowedDomains"] = json!(["127.0.0.1"]);
+    spec["credentials"] = json!([{"binding": "github-issues-bot", "fileName": "token"}]);
+    spec["outputSchema"] = json!({"type": "object", "required": ["number"]});
+    spec["context"]["exposeOutputToModel"] = json!("structured");
+    std::fs::write(dir.join("token"), CANARY).expect("cred");
+    spec
+}
+
+#[test]
+fn the_http_adapter_sends_the_templated_request_with_the_credential() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let body = format!("{{\"number\": 42, \"echo\": \"{CANARY}\"}}");
+    let (port, server) = http_server(vec![format!(
+        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )]);
+    let r = run_spec(dir.path(), &http_spec(dir.path(), port));
+    let requests = server.join().expect("server");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let req = &requests[0];
+    // One path segment per arg: the slash is encoded, so `..` stays inside the segment.
+    assert!(
+        req.starts_with("POST /repos/acme/web%20app%2F../issues HTTP/1.1"),
+        "{req}"
+    );
+    assert!(
+        req.contains(&format!("authorization: Bearer {CANARY}"))
+            || req.contains(&format!("Authorization: Bearer {CANARY}")),
+        "{req}"
+    );
+    assert!(
+        req.ends_with("{\"labels\":[\"bug\"],\"title\":\"flaky test\"}"),
+        "{req}"
+    );
+    assert_eq!(r.result["status"], "success", "{:#}", r.result);
+    assert_eq!(r.result["exitCode"], 201);
+    assert_eq!(r.result["structuredOutput"]["number"], 42);
+    assert!(!r.result.to_string().contains(CANARY));
+    let stored =
+        std::fs::read_to_string(local_file(artifact(&r.result, "response-body"))).expect("body");
+    assert!(
+        !stored.contains(CANARY) && stored.contains("\"number\": 42"),
+        "{stored}"
+    );
+    assert!(
+        artifact(&r.result, "response-headers")["sizeBytes"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+}
+
+#[test]
+fn the_http_adapter_stays_inside_the_allowed_domains() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (port, server) = http_server(vec!["HTTP/1.1 302 Found\r\nLocation: http://evil.invalid/steal\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()]);
+    let r = run_spec(dir.path(), &http_spec(dir.path(), port));
+    server.join().expect("server");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.result["error"]["code"], "redirect-refused",
+        "{:#}",
+        r.result
+    );
+
+    let mut spec = http_spec(dir.path(), 9);
+    spec["allowedDomains"] = json!(["api.github.com"]);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 72);
+    assert!(
+        r.stderr
+            .contains("127.0.0.1 is not among the sandbox's allowed domains"),
+        "{}",
+        r.stderr
+    );
+
+    let (port, server) = http_server(vec![
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy"
+            .into(),
+    ]);
+    let r = run_spec(dir.path(), &http_spec(dir.path(), port));
+    server.join().expect("server");
+    assert_eq!(r.result["error"]["code"], "http-503");
+    assert_eq!(r.result["error"]["retryable"], true);
+}
+
+/// A real S3-compatible server: moto, started on a free loopback port.
+struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn moto() -> Moto {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let server = Moto {
+        child: Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("moto_server is not installed: run tests/run.sh, which installs it (pip install 'moto[server]')"),
+        port,
+    };
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return server;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(server);
+    panic!("moto_server did not listen on {port}");
+}
+
+fn http_request(port: u16, request: &str) -> Vec<u8> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read");
+    out
+}
+
+#[test]
+fn artifacts_go_to_a_real_s3_server() {
+    let server = moto();
+    let created = http_request(
+        server.port,
+        "PUT /artifacts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        String::from_utf8_lossy(&created).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&created)
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let n = 12 * 1024 * 1024; // more than one 5 MiB part: a real multipart upload
+    let mut spec = base_spec(
+        dir.path(),
+        json!(["head", "-c", n.to_string(), "/dev/zero"]),
+    );
+    spec["artifacts"] = json!({"type": "s3", "bucket": "artifacts", "endpoint": format!("http://127.0.0.1:{}", server.port), "allowHttp": true});
+    let path = dir.path().join("spec.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(&path)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .output()
+        .expect("run");
+    let result: Value = serde_json::from_slice(out.stdout.trim_ascii())
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = artifact(&result, "stdout");
+    assert_eq!(a["uri"], "s3://artifacts/team-a/call-1/stdout");
+    let got = http_request(
+        server.port,
+        "GET /artifacts/team-a/call-1/stdout HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    let split = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("headers")
+        + 4;
+    let body = &got[split..];
+    assert_eq!(body.len(), n);
+    assert_eq!(a["contentHash"], sha(body));
+}
