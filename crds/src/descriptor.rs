@@ -50,6 +50,11 @@ use crate::common::{
         "fieldPath": ".execution.argv"
     },
     {
+        "rule": "self.execution.adapter != 'builtin' || has(self.execution.builtin)",
+        "message": "a builtin tool names its operation (execution.builtin: fs.write or fs.delete)",
+        "fieldPath": ".execution.builtin"
+    },
+    {
         "rule": "self.execution.adapter != 'http' || has(self.execution.http)",
         "message": "an http tool needs execution.http (method and urlTemplate)",
         "fieldPath": ".execution.http"
@@ -414,6 +419,9 @@ pub struct Execution {
     /// Request template for the `http` adapter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpExecution>,
+    /// The operation of the `builtin` adapter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<BuiltinOperation>,
     /// Wall-clock limit of one attempt, in milliseconds.
     #[schemars(range(min = 100, max = 3600000))]
     pub timeout_ms: u32,
@@ -434,6 +442,17 @@ pub enum ExecutionAdapter {
     Builtin,
     /// Invoke a tool on an MCP server.
     Mcp,
+}
+
+/// Operations built into the executor, for what a CLI cannot do safely without a shell.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BuiltinOperation {
+    /// Write `args.content` to `args.path` under a write root (dry run: report only).
+    #[serde(rename = "fs.write")]
+    FsWrite,
+    /// Delete the file `args.path` under a write root (dry run: report only).
+    #[serde(rename = "fs.delete")]
+    FsDelete,
 }
 
 /// An HTTP request template.

@@ -3,6 +3,7 @@
 //! artifacts it uploads and the small result it writes to its termination message.
 #![forbid(unsafe_code)]
 
+pub mod builtin;
 pub mod effects;
 pub mod http;
 pub mod render;

@@ -181,6 +181,7 @@ pub async fn execute(
         ExecutionAdapter::Http => {
             crate::http::run_http(spec, credentials, &store, &redactor).await?
         }
+        ExecutionAdapter::Builtin => run_builtin(spec, &store, &redactor).await?,
         other => {
             return Err(ExecError::Unrunnable(format!(
                 "execution.adapter {other:?} is not run by this executor build"
@@ -443,6 +444,50 @@ async fn run_cli(
         structured,
         started,
     ))
+}
+
+async fn run_builtin(
+    spec: &ExecSpec,
+    store: &ArtifactStore,
+    redactor: &Redactor,
+) -> Result<CallResult, ExecError> {
+    let Some(op) = spec.execution.builtin else {
+        return Err(ExecError::Unrunnable(
+            "execution.builtin is missing: a builtin tool names its operation".into(),
+        ));
+    };
+    let started = Instant::now();
+    let mut out = Sink::open(
+        store,
+        target(
+            spec,
+            "stdout",
+            ArtifactKind::ToolOutput,
+            "text/plain; charset=utf-8",
+            spec.limits.max_stdout_bytes,
+            spec.context.preview_bytes(),
+        ),
+        redactor,
+    )
+    .await?;
+    match crate::builtin::run(spec, op) {
+        Ok(message) => {
+            out.write(format!("{message}\n").as_bytes()).await?;
+            let out = out.finish(Some("operation report".into())).await?;
+            Ok(assemble(spec, out, None, Some(0), false, None, started))
+        }
+        Err(e) => {
+            let o = out.finish(None).await?;
+            Ok(failure(
+                ResultStatus::Error,
+                e.code(),
+                &e.to_string(),
+                false,
+                vec![o.artifact],
+                started,
+            ))
+        }
+    }
 }
 
 /// A result for a call that failed before producing output.
