@@ -198,6 +198,14 @@ pub fn decide(
     d.risk_level = Some(tool.spec.risk.level);
     d.tool_digest = Some(tool.digest.clone());
 
+    // A tool whose input schema does not even compile cannot validate args: say what it is.
+    if tool.input_validator.is_none() && !tool.is_callable() {
+        return d.deny(
+            "tool-not-enabled",
+            format!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
+        );
+    }
+
     // Invariant 3: args before policy.
     d.args_digest = digest::json_digest(&spec.args).ok();
     let report: ArgsReport = match &tool.input_validator {

@@ -659,3 +659,19 @@ fn decisions_are_deterministic() {
         assert_eq!(a, b, "{name}");
     }
 }
+
+#[test]
+fn a_tool_with_a_broken_schema_is_reported_as_not_enabled() {
+    let mut docs = examples();
+    let d = docs
+        .iter_mut()
+        .find(|d| d.value["metadata"]["name"] == "file.write")
+        .expect("doc");
+    d.value["spec"]["schemas"]["inputSchema"]["properties"]["path"]["type"] = json!("strin");
+    let report = support::linter().lint(docs, now());
+    let r = Registry::from_objects(&report.objects);
+    let mut call = example_call("fix-serializer-3");
+    call.tool_ref.digest = None;
+    let d = decide_fixer(&r, "x", &call);
+    assert_eq!(d.codes(), vec!["tool-not-enabled"], "{:#?}", d.reasons);
+}
