@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# The test command (README): installs the real servers the suites start themselves — moto as the
-# S3-compatible artifact store — into a cached virtualenv, then runs every test of the workspace.
+# The test command (README). Installs and starts the real servers the suites need, then runs
+# every test of the workspace:
+#   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
+#   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
+#     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
+# Arguments are passed to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CACHE="${TOOLGATE_CACHE:-$HOME/.cache/toolgate}"
+log() { echo "tests/run.sh: $*" >&2; }
+
 VENV="$CACHE/venv"
 if [ ! -x "$VENV/bin/moto_server" ]; then
-  echo "tests/run.sh: installing moto[server] into $VENV (once)" >&2
+  log "installing moto[server] into $VENV (once)"
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'moto[server]==5.*'
 fi
 export PATH="$VENV/bin:$PATH"
-moto_server --help >/dev/null 2>&1 || { echo "tests/run.sh: moto_server does not start" >&2; exit 1; }
+moto_server --help >/dev/null 2>&1 || { log "moto_server does not start"; exit 1; }
 
-exec cargo test --workspace --locked "$@"
+if ! command -v etcd >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing etcd-server (apt)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+  else
+    log "etcd is missing: install Debian's etcd-server (or put an etcd 3.4+ binary on PATH)"; exit 1
+  fi
+fi
+
+CLUSTER="$(tests/cluster/up.sh)"
+eval "$CLUSTER"
+trap 'tests/cluster/down.sh "$TOOLGATE_CLUSTER_DIR"' EXIT
+
+cargo test --workspace --locked "$@"

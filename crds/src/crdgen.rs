@@ -16,6 +16,36 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ToolCall::crd(),
         ToolApproval::crd(),
     ]
+    .into_iter()
+    .map(kubernetes_formats)
+    .collect()
+}
+
+/// schemars names Rust's unsigned integers (`uint32`, …), which the API server does not know and
+/// warns about on every apply; Kubernetes knows `int32` and `int64`. Bounds stay in
+/// `minimum`/`maximum`.
+fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::String(f)) = m.get_mut("format") {
+                    match f.as_str() {
+                        "uint8" | "uint16" | "int8" | "int16" => *f = "int32".into(),
+                        "uint32" | "uint64" | "uint" => *f = "int64".into(),
+                        _ => {}
+                    }
+                }
+                m.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut value);
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 /// The file a CRD is committed as under `crds/generated/` (`toolcalls.toolgate.dev.yaml`).
