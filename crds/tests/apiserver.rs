@@ -108,7 +108,13 @@ impl Cluster {
 /// The YAML of every file under `dir`, moved to namespace `ns`.
 fn manifests(dir: &str, ns: &str) -> String {
     let mut files: Vec<PathBuf> = Vec::new();
-    let mut stack = vec![root().join(dir)];
+    let start = root().join(dir);
+    let mut stack = vec![];
+    if start.is_file() {
+        files.push(start);
+    } else {
+        stack.push(start);
+    }
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).expect("dir") {
             let p = e.expect("entry").path();
@@ -271,5 +277,65 @@ fn the_api_server_enforces_the_schema_and_the_cel_rules() {
         String::from_utf8_lossy(&out.stderr).contains("an approver may not approve their own call"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Children owned by a ToolCall go when it goes (the operator relies on this), and a namespace
+/// deletion completes: the controller manager runs.
+#[test]
+fn owner_references_and_namespace_deletion_work() {
+    let Some(c) = cluster() else { return };
+    let ns = c.namespace("tg-gc");
+    c.ok(
+        &["apply", "-f", "-"],
+        Some(&manifests("examples/calls/02-run-tests.yaml", &ns)),
+    );
+    let uid = c.ok(
+        &[
+            "get",
+            "toolcall",
+            "run-tests-1",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    );
+    let child = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: run-tests-1-spec\n  namespace: {ns}\n  ownerReferences:\n  - {{apiVersion: toolgate.dev/v1alpha1, kind: ToolCall, name: run-tests-1, uid: {uid}, controller: true, blockOwnerDeletion: true}}\ndata: {{spec: x}}\n"
+    );
+    c.ok(&["apply", "-f", "-"], Some(&child));
+    c.ok(
+        &[
+            "delete",
+            "toolcall",
+            "run-tests-1",
+            "-n",
+            &ns,
+            "--wait=true",
+        ],
+        None,
+    );
+    c.ok(
+        &[
+            "wait",
+            "--for=delete",
+            "configmap/run-tests-1-spec",
+            "-n",
+            &ns,
+            "--timeout=60s",
+        ],
+        None,
+    );
+    c.ok(&["delete", "namespace", &ns, "--wait=false"], None);
+    c.ok(
+        &[
+            "wait",
+            "--for=delete",
+            &format!("namespace/{ns}"),
+            "--timeout=90s",
+        ],
+        None,
     );
 }

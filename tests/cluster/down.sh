@@ -3,7 +3,7 @@
 set -uo pipefail
 DIR="${1:-${TOOLGATE_CLUSTER_DIR:-}}"
 [ -n "$DIR" ] && [ -d "$DIR" ] || exit 0
-for p in apiserver etcd; do
+for p in controller-manager apiserver etcd; do
   if [ -f "$DIR/$p.pid" ]; then
     pid="$(cat "$DIR/$p.pid")"
     kill "$pid" 2>/dev/null
