@@ -339,3 +339,91 @@ fn owner_references_and_namespace_deletion_work() {
         None,
     );
 }
+
+/// Identities are bound at admission and by RBAC: an agent cannot propose a call as someone
+/// else or create approvals at all; a reviewer cannot approve under another name.
+#[test]
+fn admission_binds_identities_and_rbac_keeps_agents_from_approving() {
+    let Some(c) = cluster() else { return };
+    let ns = c.namespace("tg-identity");
+    c.ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=toolgate-tests",
+            "-f",
+            &root()
+                .join("crds/admission/identity.yaml")
+                .display()
+                .to_string(),
+        ],
+        None,
+    );
+    let rbac = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: agent, namespace: {ns}}}\nrules:\n- {{apiGroups: [toolgate.dev], resources: [toolcalls], verbs: [create, get, list, watch]}}\n---\n\
+apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: agent, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}\nsubjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n---\n\
+apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: reviewer, namespace: {ns}}}\nrules:\n- {{apiGroups: [toolgate.dev], resources: [toolapprovals], verbs: [create, get, list]}}\n---\n\
+apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: reviewer, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: reviewer}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: team-a-reviewers}}]\n"
+    );
+    c.ok(&["apply", "-f", "-"], Some(&rbac));
+    let call = manifests("examples/calls/04-create-issue.yaml", &ns);
+    let approval = manifests("examples/calls/06-approve-create-issue.yaml", &ns);
+
+    // The policies take a moment to reach the admission plugin: retry the spoof until refused.
+    let spoofed = call
+        .replace(
+            "principal: system:serviceaccount:team-a:fixer",
+            "principal: system:serviceaccount:team-a:admin-bot",
+        )
+        .replace("name: report-flaky-tz", "name: spoofed");
+    let mut refused = String::new();
+    for _ in 0..40 {
+        let out = c.kubectl(&["--context", "agent", "create", "-f", "-"], Some(&spoofed));
+        if !out.status.success() {
+            refused = String::from_utf8_lossy(&out.stderr).into_owned();
+            break;
+        }
+        c.ok(&["delete", "toolcall", "spoofed", "-n", &ns], None);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert!(
+        refused.contains("spec.principal must be your own identity"),
+        "a spoofed principal was accepted: {refused}"
+    );
+    // The agent's own identity is fine.
+    c.ok(&["--context", "agent", "create", "-f", "-"], Some(&call));
+    // Agents may not create approvals at all (RBAC).
+    let out = c.kubectl(
+        &["--context", "agent", "create", "-f", "-"],
+        Some(&approval),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("forbidden"), "{err}");
+    // A reviewer approves as themselves, never as someone else.
+    let as_bob = approval
+        .replace("approver: alice@example.com", "approver: bob@example.com")
+        .replace("name: report-flaky-tz-alice", "name: as-bob");
+    let mut refused = String::new();
+    for _ in 0..40 {
+        let out = c.kubectl(
+            &["--context", "reviewer", "create", "-f", "-"],
+            Some(&as_bob),
+        );
+        if !out.status.success() {
+            refused = String::from_utf8_lossy(&out.stderr).into_owned();
+            break;
+        }
+        c.ok(&["delete", "toolapproval", "as-bob", "-n", &ns], None);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert!(
+        refused.contains("spec.approver must be your own identity"),
+        "an approval under another name was accepted: {refused}"
+    );
+    c.ok(
+        &["--context", "reviewer", "create", "-f", "-"],
+        Some(&approval),
+    );
+    // Cluster admins are trusted (the other tests apply recorded calls as admin).
+    c.ok(&["create", "-f", "-"], Some(&spoofed));
+}
