@@ -68,6 +68,27 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Create `manifest` as `context` until admission refuses it (a new policy takes a moment to
+    /// reach the admission plugin); what was accepted meanwhile is deleted. Returns the refusal.
+    fn refused_eventually(
+        &self,
+        context: &str,
+        manifest: &str,
+        kind: &str,
+        name: &str,
+        ns: &str,
+    ) -> String {
+        for _ in 0..40 {
+            let out = self.kubectl(&["--context", context, "create", "-f", "-"], Some(manifest));
+            if !out.status.success() {
+                return String::from_utf8_lossy(&out.stderr).into_owned();
+            }
+            self.ok(&["delete", kind, name, "-n", ns], None);
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        String::new()
+    }
+
     /// Install the CRDs (idempotent) and make a fresh namespace.
     fn namespace(&self, prefix: &str) -> String {
         self.ok(
@@ -376,16 +397,7 @@ apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: r
             "principal: system:serviceaccount:team-a:admin-bot",
         )
         .replace("name: report-flaky-tz", "name: spoofed");
-    let mut refused = String::new();
-    for _ in 0..40 {
-        let out = c.kubectl(&["--context", "agent", "create", "-f", "-"], Some(&spoofed));
-        if !out.status.success() {
-            refused = String::from_utf8_lossy(&out.stderr).into_owned();
-            break;
-        }
-        c.ok(&["delete", "toolcall", "spoofed", "-n", &ns], None);
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    let refused = c.refused_eventually("agent", &spoofed, "toolcall", "spoofed", &ns);
     assert!(
         refused.contains("spec.principal must be your own identity"),
         "a spoofed principal was accepted: {refused}"
@@ -403,19 +415,7 @@ apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: r
     let as_bob = approval
         .replace("approver: alice@example.com", "approver: bob@example.com")
         .replace("name: report-flaky-tz-alice", "name: as-bob");
-    let mut refused = String::new();
-    for _ in 0..40 {
-        let out = c.kubectl(
-            &["--context", "reviewer", "create", "-f", "-"],
-            Some(&as_bob),
-        );
-        if !out.status.success() {
-            refused = String::from_utf8_lossy(&out.stderr).into_owned();
-            break;
-        }
-        c.ok(&["delete", "toolapproval", "as-bob", "-n", &ns], None);
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    let refused = c.refused_eventually("reviewer", &as_bob, "toolapproval", "as-bob", &ns);
     assert!(
         refused.contains("spec.approver must be your own identity"),
         "an approval under another name was accepted: {refused}"
