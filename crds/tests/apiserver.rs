@@ -355,7 +355,7 @@ fn owner_references_and_namespace_deletion_work() {
             "wait",
             "--for=delete",
             &format!("namespace/{ns}"),
-            "--timeout=90s",
+            "--timeout=240s",
         ],
         None,
     );

@@ -159,7 +159,7 @@ fn a_timeout_kills_the_whole_process_group() {
         format!("sleep 30 & echo $! > {}; wait", pidfile.display())
     ]);
     let mut spec = base_spec(&dir.path().join("art"), argv);
-    spec["limits"]["timeoutMs"] = json!(500);
+    spec["limits"]["timeoutMs"] = json!(1500);
     let started = std::time::Instant::now();
     let r = run_spec(dir.path(), &spec);
     assert_eq!(r.code, 0, "{}", r.stderr);
