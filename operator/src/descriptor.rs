@@ -1,0 +1,223 @@
+//! The ToolDescriptor controller: registration (lint → lifecycle, digest, findings) written to
+//! status with server-side apply. Dereference (the namespace's sandbox policies and credential
+//! bindings) → register (pure, in the core) → apply status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
+use toolgate_core::registry::register;
+use toolgate_crds::{
+    Condition, ConditionStatus, CredentialBinding, Lifecycle, SandboxPolicy, Timestamp,
+    ToolDescriptor, ToolDescriptorStatus,
+};
+
+/// The field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "toolgate-operator";
+
+/// What a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+}
+
+/// Why a reconcile failed; transient, retried with a pause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A cluster-scoped descriptor cannot exist (the CRD is namespaced): a bug if seen.
+    #[error("ToolDescriptor {0} has no namespace")]
+    NoNamespace(String),
+}
+
+fn meta_of<K: Resource>(k: &K) -> Meta {
+    let m = k.meta();
+    Meta {
+        name: m.name.clone().unwrap_or_default(),
+        namespace: m.namespace.clone(),
+        labels: m.labels.clone().unwrap_or_default().into_iter().collect(),
+    }
+}
+
+fn object(meta: Meta, spec: Spec) -> Object {
+    Object {
+        origin: Origin {
+            source: "cluster".into(),
+            document: 0,
+        },
+        meta,
+        spec,
+    }
+}
+
+/// The condition reason for a lifecycle (`PermissionLintFailed`).
+fn reason(l: Lifecycle) -> String {
+    let s = serde_json::to_value(l)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
+}
+
+/// The status a descriptor should have; times are kept from `previous` when nothing changed, so
+/// reconciles do not churn.
+pub fn desired_status(
+    td: &ToolDescriptor,
+    sandboxes: &[SandboxPolicy],
+    bindings: &[CredentialBinding],
+    now: jiff::Timestamp,
+) -> ToolDescriptorStatus {
+    let me = object(meta_of(td), Spec::ToolDescriptor(Box::new(td.spec.clone())));
+    let mut objects = vec![me.clone()];
+    objects.extend(
+        sandboxes
+            .iter()
+            .map(|s| object(meta_of(s), Spec::SandboxPolicy(Box::new(s.spec.clone())))),
+    );
+    objects.extend(bindings.iter().map(|b| {
+        object(
+            meta_of(b),
+            Spec::CredentialBinding(Box::new(b.spec.clone())),
+        )
+    }));
+    let set = ObjectSet::new(objects);
+    let registered = register(&me, &td.spec, &set);
+    let previous = td.status.clone().unwrap_or_default();
+    let ready =
+        registered.lifecycle == Lifecycle::Enabled || registered.lifecycle == Lifecycle::Deprecated;
+    let message = registered
+        .findings
+        .first()
+        .map(|f| format!("{}: {} ({})", f.path, f.message, f.code))
+        .unwrap_or_else(|| format!("registered at {}", registered.digest));
+    let status = if ready {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    let reason = reason(registered.lifecycle);
+    let generation = td.metadata.generation;
+    let old = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == toolgate_crds::conditions::READY);
+    let last_transition_time = match old {
+        Some(c) if c.status == status => c.last_transition_time,
+        _ => Timestamp(now),
+    };
+    ToolDescriptorStatus {
+        lifecycle: Some(registered.lifecycle),
+        registered_at: match (&previous.digest, previous.registered_at) {
+            (Some(d), Some(at)) if *d == registered.digest => Some(at),
+            _ => Some(Timestamp(now)),
+        },
+        digest: Some(registered.digest),
+        findings: registered.findings,
+        observed_generation: generation,
+        conditions: vec![Condition {
+            type_: toolgate_crds::conditions::READY.into(),
+            status,
+            reason,
+            message,
+            last_transition_time,
+            observed_generation: generation,
+        }],
+    }
+}
+
+async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = td
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(td.name_any()))?;
+    let sandboxes = Api::<SandboxPolicy>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let bindings = Api::<CredentialBinding>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let status = desired_status(&td, &sandboxes, &bindings, jiff::Timestamp::now());
+    if td.status.as_ref() != Some(&status) {
+        let api = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
+        let patch = serde_json::json!({
+            "apiVersion": toolgate_crds::API_VERSION,
+            "kind": "ToolDescriptor",
+            "status": status,
+        });
+        api.patch_status(
+            &td.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        tracing::info!(descriptor = %td.name_any(), namespace = %ns, lifecycle = ?status.lifecycle, "registered");
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(_td: Arc<ToolDescriptor>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Run the controller until the stream ends (shutdown).
+pub async fn run(client: Client) {
+    let descriptors = Api::<ToolDescriptor>::all(client.clone());
+    let controller = Controller::new(descriptors, watcher::Config::default());
+    let store = controller.store();
+    let by_sandbox = store.clone();
+    controller
+        .watches(
+            Api::<SandboxPolicy>::all(client.clone()),
+            watcher::Config::default(),
+            move |sp| {
+                referencing(&by_sandbox, sp.namespace(), |td| {
+                    td.spec
+                        .sandbox_policy_ref
+                        .as_ref()
+                        .is_some_and(|r| Some(r.name.as_str()) == sp.metadata.name.as_deref())
+                })
+            },
+        )
+        .watches(
+            Api::<CredentialBinding>::all(client.clone()),
+            watcher::Config::default(),
+            move |cb| {
+                referencing(&store, cb.namespace(), |td| {
+                    td.spec
+                        .credential_binding_ref
+                        .as_ref()
+                        .is_some_and(|r| Some(r.name.as_str()) == cb.metadata.name.as_deref())
+                })
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, Arc::new(Context { client }))
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn referencing(
+    store: &kube::runtime::reflector::Store<ToolDescriptor>,
+    namespace: Option<String>,
+    refers: impl Fn(&ToolDescriptor) -> bool,
+) -> Vec<ObjectRef<ToolDescriptor>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|td| td.namespace() == namespace && refers(td))
+        .map(|td| ObjectRef::from_obj(&*td))
+        .collect()
+}
