@@ -25,6 +25,13 @@ pub const FIELD_MANAGER: &str = "toolgate-operator";
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// Consecutive failures per descriptor, for exponential backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolDescriptor>, u32>>,
+}
+
+/// Pause before retrying after `failures` consecutive failures: 2 s doubling to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_mul(1u64 << failures.min(8)).min(300))
 }
 
 /// Why a reconcile failed; transient, retried with a pause.
@@ -164,12 +171,24 @@ async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action,
         .await?;
         tracing::info!(descriptor = %td.name_any(), namespace = %ns, lifecycle = ?status.lifecycle, "registered");
     }
+    if let Ok(mut f) = ctx.failures.lock() {
+        f.remove(&ObjectRef::from_obj(&*td));
+    }
     Ok(Action::await_change())
 }
 
-fn error_policy(_td: Arc<ToolDescriptor>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(%error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(10))
+fn error_policy(td: Arc<ToolDescriptor>, error: &Error, ctx: Arc<Context>) -> Action {
+    let n = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(ObjectRef::from_obj(&*td)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = backoff(n - 1);
+    tracing::warn!(descriptor = %td.name_any(), %error, failures = n, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 /// Run the controller until the stream ends (shutdown).
@@ -204,7 +223,14 @@ pub async fn run(client: Client) {
             },
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, Arc::new(Context { client }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Context {
+                client,
+                failures: Default::default(),
+            }),
+        )
         .for_each(|_| futures::future::ready(()))
         .await;
 }
@@ -220,4 +246,27 @@ fn referencing(
         .filter(|td| td.namespace() == namespace && refers(td))
         .map(|td| ObjectRef::from_obj(&*td))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        assert_eq!(backoff(0), Duration::from_secs(2));
+        assert_eq!(backoff(1), Duration::from_secs(4));
+        assert_eq!(backoff(5), Duration::from_secs(64));
+        assert_eq!(backoff(8), Duration::from_secs(300));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn reasons_are_camel_case() {
+        assert_eq!(
+            reason(Lifecycle::PermissionLintFailed),
+            "PermissionLintFailed"
+        );
+        assert_eq!(reason(Lifecycle::Enabled), "Enabled");
+    }
 }
