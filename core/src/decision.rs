@@ -558,6 +558,36 @@ pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, Str
     Ok(())
 }
 
+/// The state of a grant at `now` and when it next changes by itself (a start or an expiry), so a
+/// controller can requeue exactly then.
+pub fn grant_state(
+    grant: &ToolGrantSpec,
+    usage: &crate::registry::GrantUsage,
+    now: Timestamp,
+) -> (toolgate_crds::GrantState, Option<Timestamp>) {
+    use toolgate_crds::GrantState;
+    if grant.revoked {
+        return (GrantState::Revoked, None);
+    }
+    if let Some(nb) = grant.not_before
+        && now < nb.0
+    {
+        return (GrantState::Pending, Some(nb.0));
+    }
+    if let Some(exp) = grant.expires_at
+        && now >= exp.0
+    {
+        return (GrantState::Expired, None);
+    }
+    let next = grant.expires_at.map(|e| e.0);
+    if let Some(b) = &grant.budget
+        && b.max_calls.is_some_and(|max| usage.calls_total >= max)
+    {
+        return (GrantState::Exhausted, next);
+    }
+    (GrantState::Active, next)
+}
+
 /// `github:*` covers `github:issues:write`; `*` covers everything; otherwise equality.
 pub fn scope_covers(have: &str, want: &str) -> bool {
     have == want

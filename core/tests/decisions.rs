@@ -675,3 +675,46 @@ fn a_tool_with_a_broken_schema_is_reported_as_not_enabled() {
     let d = decide_fixer(&r, "x", &call);
     assert_eq!(d.codes(), vec!["tool-not-enabled"], "{:#?}", d.reasons);
 }
+
+#[test]
+fn grant_states_and_their_next_transition() {
+    use toolgate_core::decision::grant_state;
+    use toolgate_crds::GrantState;
+    let grant = objects(examples())
+        .grants()
+        .find(|(o, _)| o.meta.name == "fixer-agent")
+        .map(|(_, g)| g.clone())
+        .expect("grant");
+    let at = |s: &str| -> jiff::Timestamp { s.parse().expect("time") };
+    let none = GrantUsage::default();
+    assert_eq!(
+        grant_state(&grant, &none, at("2026-10-01T00:00:00Z")),
+        (GrantState::Pending, Some(at("2026-11-01T00:00:00Z")))
+    );
+    assert_eq!(
+        grant_state(&grant, &none, now()),
+        (GrantState::Active, Some(at("2027-05-01T00:00:00Z")))
+    );
+    assert_eq!(
+        grant_state(&grant, &none, at("2027-05-01T00:00:00Z")).0,
+        GrantState::Expired
+    );
+    assert_eq!(
+        grant_state(
+            &grant,
+            &GrantUsage {
+                calls_total: 500,
+                calls_last_hour: 0
+            },
+            now()
+        )
+        .0,
+        GrantState::Exhausted
+    );
+    let mut revoked = grant.clone();
+    revoked.revoked = true;
+    assert_eq!(
+        grant_state(&revoked, &none, now()),
+        (GrantState::Revoked, None)
+    );
+}

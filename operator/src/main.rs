@@ -10,6 +10,7 @@ use kube::{Client, Config};
 use toolgate_crds::ToolDescriptor;
 
 mod descriptor;
+mod grant;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
     let config = match context {
@@ -69,7 +70,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
         tracing::info!("toolgate-operator started");
-        descriptor::run(client).await;
+        tokio::join!(descriptor::run(client.clone()), grant::run(client));
         ExitCode::SUCCESS
     })
 }

@@ -83,9 +83,9 @@ kind: ClusterRole
 metadata: {name: toolgate-operator-registration}
 rules:
 # Read what registration depends on.
-- {apiGroups: [toolgate.dev], resources: [tooldescriptors, sandboxpolicies, credentialbindings], verbs: [get, list, watch]}
-# Write only the descriptors' status.
-- {apiGroups: [toolgate.dev], resources: [tooldescriptors/status], verbs: [patch, update]}
+- {apiGroups: [toolgate.dev], resources: [tooldescriptors, sandboxpolicies, credentialbindings, toolgrants], verbs: [get, list, watch]}
+# Write only status.
+- {apiGroups: [toolgate.dev], resources: [tooldescriptors/status, toolgrants/status], verbs: [patch, update]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -242,5 +242,71 @@ fn descriptors_are_registered_in_status() {
         "tooldescriptor/git.diff",
         "{.status.lifecycle}",
         "sandboxLintFailed",
+    );
+}
+
+/// Grants: state in status, and the expiry is acted on when it comes, without any other event.
+#[test]
+fn grant_states_follow_time() {
+    if std::env::var_os("TOOLGATE_KUBECONFIG").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no API server: CI runs this suite through tests/run.sh"
+        );
+        return;
+    }
+    ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=toolgate-tests",
+            "-f",
+            &root().join("crds/generated").display().to_string(),
+        ],
+        None,
+    );
+    ok(&["apply", "-f", "-"], Some(RBAC));
+    let ns = format!(
+        "tg-grants-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    ok(&["create", "namespace", &ns], None);
+    let soon = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(6);
+    let grants = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: short, namespace: {ns}}}\nspec: {{subjects: [{{kind: User, name: bob}}], tools: {{names: [file.read]}}, expiresAt: \"{soon}\"}}\n---\n\
+apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: later, namespace: {ns}}}\nspec: {{subjects: [{{kind: User, name: bob}}], tools: {{names: [file.read]}}, notBefore: \"2099-01-01T00:00:00Z\"}}\n---\n\
+apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: gone, namespace: {ns}}}\nspec: {{subjects: [{{kind: User, name: bob}}], tools: {{names: [file.read]}}, revoked: true, reason: left the team}}\n"
+    );
+    ok(&["apply", "-f", "-"], Some(&grants));
+    let _operator = Operator(
+        Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+            .args(["--context", "operator"])
+            .env(
+                "KUBECONFIG",
+                std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig"),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("operator"),
+    );
+    eventually(&ns, "toolgrant/later", "{.status.state}", "Pending");
+    eventually(
+        &ns,
+        "toolgrant/gone",
+        "{.status.conditions[?(@.type==\"Active\")].message}",
+        "left the team",
+    );
+    eventually(&ns, "toolgrant/short", "{.status.state}", "Active");
+    // Nothing touches the grant again: the controller wakes up at expiresAt by itself.
+    eventually(&ns, "toolgrant/short", "{.status.state}", "Expired");
+    eventually(
+        &ns,
+        "toolgrant/short",
+        "{.status.conditions[?(@.type==\"Active\")].status}",
+        "False",
     );
 }

@@ -1,0 +1,137 @@
+//! The ToolGrant controller: state (Pending, Active, Expired, Revoked, Exhausted) in status,
+//! requeued exactly when the grant starts or expires.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use toolgate_core::decision::grant_state;
+use toolgate_core::registry::GrantUsage;
+use toolgate_crds::{
+    Condition, ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus,
+};
+
+use crate::descriptor::{Error, FIELD_MANAGER, backoff};
+
+/// What a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+}
+
+/// The status a grant should have at `now`, and when to look again.
+pub fn desired_status(
+    g: &ToolGrant,
+    now: jiff::Timestamp,
+) -> (ToolGrantStatus, Option<jiff::Timestamp>) {
+    let previous = g.status.clone().unwrap_or_default();
+    let usage = GrantUsage {
+        calls_total: previous.calls_used,
+        calls_last_hour: 0,
+    };
+    let (state, next) = grant_state(&g.spec, &usage, now);
+    let active = state == GrantState::Active;
+    let status = if active {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    let (reason, message) = match state {
+        GrantState::Active => (
+            "Active",
+            g.spec
+                .expires_at
+                .map_or("active, no expiry".to_string(), |e| {
+                    format!("active until {e}")
+                }),
+        ),
+        GrantState::Pending => (
+            "NotYetValid",
+            g.spec
+                .not_before
+                .map_or(String::new(), |n| format!("valid from {n}")),
+        ),
+        GrantState::Expired => (
+            "Expired",
+            g.spec
+                .expires_at
+                .map_or(String::new(), |e| format!("expired at {e}")),
+        ),
+        GrantState::Revoked => (
+            "Revoked",
+            g.spec.reason.clone().unwrap_or_else(|| "revoked".into()),
+        ),
+        GrantState::Exhausted => (
+            "BudgetExhausted",
+            format!("{} calls used", previous.calls_used),
+        ),
+    };
+    let old = previous.conditions.iter().find(|c| c.type_ == "Active");
+    let last_transition_time = match old {
+        Some(c) if c.status == status => c.last_transition_time,
+        _ => Timestamp(now),
+    };
+    let generation = g.metadata.generation;
+    let s = ToolGrantStatus {
+        state: Some(state),
+        calls_used: previous.calls_used,
+        observed_generation: generation,
+        conditions: vec![Condition {
+            type_: "Active".into(),
+            status,
+            reason: reason.into(),
+            message,
+            last_transition_time,
+            observed_generation: generation,
+        }],
+    };
+    (s, next)
+}
+
+async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = g
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(g.name_any()))?;
+    let now = jiff::Timestamp::now();
+    let (status, next) = desired_status(&g, now);
+    if g.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({"apiVersion": toolgate_crds::API_VERSION, "kind": "ToolGrant", "status": status});
+        Api::<ToolGrant>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &g.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        tracing::info!(grant = %g.name_any(), namespace = %ns, state = ?status.state, "grant state");
+    }
+    Ok(match next {
+        // Wake up exactly at the transition (a little after, so `now` is past it).
+        Some(at) => {
+            let wait = at.duration_since(now).as_secs_f64().max(0.0) + 0.2;
+            Action::requeue(Duration::from_secs_f64(wait))
+        }
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(g: Arc<ToolGrant>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(grant = %g.name_any(), %error, "reconcile failed");
+    Action::requeue(backoff(2))
+}
+
+/// Run the controller until shutdown.
+pub async fn run(client: Client) {
+    Controller::new(
+        Api::<ToolGrant>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, Arc::new(Context { client }))
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
