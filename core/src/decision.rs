@@ -3,8 +3,6 @@
 //! Deterministic: the same inputs give the same decision. Args are validated first (invariant 3)
 //! and the result is part of the decision record; nothing here executes anything (invariant 4).
 
-use std::collections::BTreeSet;
-
 use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_crds::{
@@ -650,9 +648,4 @@ pub fn approval_needed(
             tool.tier.label()
         ),
     )
-}
-
-/// Distinct, sorted scopes (for messages and approvals).
-pub fn scope_set(scopes: &[String]) -> BTreeSet<&str> {
-    scopes.iter().map(String::as_str).collect()
 }

@@ -188,14 +188,6 @@ impl ObjectSet {
             .map(|&i| &self.objects[i])
     }
 
-    /// Every ToolDescriptor with its metadata.
-    pub fn descriptors(&self) -> impl Iterator<Item = (&Object, &ToolDescriptorSpec)> {
-        self.objects.iter().filter_map(|o| match &o.spec {
-            Spec::ToolDescriptor(s) => Some((o, s.as_ref())),
-            _ => None,
-        })
-    }
-
     /// Every ToolGrant with its metadata.
     pub fn grants(&self) -> impl Iterator<Item = (&Object, &ToolGrantSpec)> {
         self.objects.iter().filter_map(|o| match &o.spec {

@@ -89,11 +89,6 @@ impl Redactor {
         apply(bytes, &matches)
     }
 
-    /// Whether the text holds anything this redactor would remove.
-    pub fn finds_any(&self, bytes: &[u8]) -> bool {
-        !self.matches(bytes).is_empty()
-    }
-
     /// A streaming redactor over chunks.
     pub fn stream(&self) -> StreamRedactor<'_> {
         StreamRedactor {

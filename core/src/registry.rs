@@ -241,12 +241,8 @@ impl Registry {
         self.name_rank.get(i).copied().unwrap_or(u32::MAX)
     }
 
-    /// Add a registered tool (a later one with the same name replaces the earlier).
-    pub fn add_tool(&mut self, tool: RegisteredTool) {
-        self.insert_tool(tool);
-        self.rank_names();
-    }
-
+    /// Add a registered tool (a later one with the same name replaces the earlier); names are
+    /// ranked once all are in (`from_objects`).
     fn insert_tool(&mut self, tool: RegisteredTool) {
         let key = (tool.namespace.clone(), tool.name.clone());
         if let Some(&i) = self.by_name.get(&key) {
@@ -330,19 +326,6 @@ impl Registry {
     pub fn tools_in(&self, namespace: &str) -> impl Iterator<Item = &RegisteredTool> {
         self.by_namespace
             .get(namespace)
-            .into_iter()
-            .flatten()
-            .map(|&i| &self.tools[i])
-    }
-
-    /// Tools of a namespace that declare an action type.
-    pub fn tools_for_action(
-        &self,
-        namespace: &str,
-        action: ActionType,
-    ) -> impl Iterator<Item = &RegisteredTool> {
-        self.by_action
-            .get(&(namespace.to_string(), action))
             .into_iter()
             .flatten()
             .map(|&i| &self.tools[i])

@@ -9,7 +9,7 @@ use toolgate_core::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
 
 use crate::render::{render_text, render_url};
-use crate::run::{Credential, ExecError, assemble, failure, target};
+use crate::run::{Credential, ExecError, assemble, failure, open_output, target};
 use crate::sink::Sink;
 use crate::store::ArtifactStore;
 
@@ -116,18 +116,12 @@ pub(crate) async fn run_http(
     }
 
     let started = Instant::now();
-    let preview_limit = spec.context.preview_bytes();
-    let mut body = Sink::open(
+    let mut body = open_output(
+        spec,
         store,
-        target(
-            spec,
-            "response-body",
-            ArtifactKind::ToolOutput,
-            "application/octet-stream",
-            spec.limits.max_stdout_bytes,
-            preview_limit,
-        ),
         redactor,
+        "response-body",
+        "application/octet-stream",
     )
     .await?;
     let mut resp = match req.send().await {

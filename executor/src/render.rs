@@ -202,13 +202,20 @@ fn check_value(
     Ok(())
 }
 
-/// Render a text template (stdin): strings as they are, other values as JSON.
-pub fn render_text(template: &str, field: &str, args: &Value) -> Result<String, RenderError> {
+/// Interpolate a whole-string template, turning each present arg into text with `value`;
+/// absent optional args render as nothing, absent required ones are an error.
+fn interpolate(
+    template: &str,
+    field: &str,
+    args: &Value,
+    value: impl Fn(&str, &Value) -> Result<String, RenderError>,
+) -> Result<String, RenderError> {
     let mut s = String::new();
-    for seg in parse(template).map_err(|source| RenderError::Template {
+    let segments = parse(template).map_err(|source| RenderError::Template {
         field: field.into(),
         source,
-    })? {
+    })?;
+    for seg in segments {
         match seg {
             Segment::Literal(l) => s.push_str(l),
             Segment::Arg { name, optional } => match present(args, name) {
@@ -219,52 +226,42 @@ pub fn render_text(template: &str, field: &str, args: &Value) -> Result<String, 
                         name: name.into(),
                     });
                 }
-                Some(Value::String(v)) => s.push_str(v),
-                Some(v) => s.push_str(&v.to_string()),
+                Some(v) => s.push_str(&value(name, v)?),
             },
         }
     }
     Ok(s)
 }
 
+/// Render a text template (stdin, header values): strings as they are, other values as JSON.
+pub fn render_text(template: &str, field: &str, args: &Value) -> Result<String, RenderError> {
+    interpolate(template, field, args, |_, v| {
+        Ok(match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    })
+}
+
 /// Render a URL template: every value is percent-encoded as one path segment or query value, so
 /// `../` or `?` in an arg cannot change the URL's structure.
 pub fn render_url(template: &str, args: &Value) -> Result<String, RenderError> {
     let field = "execution.http.urlTemplate";
-    let mut s = String::new();
-    for seg in parse(template).map_err(|source| RenderError::Template {
-        field: field.into(),
-        source,
-    })? {
-        match seg {
-            Segment::Literal(l) => s.push_str(l),
-            Segment::Arg { name, optional } => match present(args, name) {
-                None if optional => {}
-                None => {
-                    return Err(RenderError::MissingArg {
-                        field: field.into(),
-                        name: name.into(),
-                    });
-                }
-                Some(v) => {
-                    let value = scalar(v).ok_or_else(|| RenderError::NotScalar {
-                        field: field.into(),
-                        name: name.into(),
-                        hint: "",
-                    })?;
-                    if value == "." || value == ".." {
-                        return Err(RenderError::DotSegment {
-                            field: field.into(),
-                            name: name.into(),
-                            value,
-                        });
-                    }
-                    s.push_str(&percent_encode(&value));
-                }
-            },
+    interpolate(template, field, args, |name, v| {
+        let value = scalar(v).ok_or_else(|| RenderError::NotScalar {
+            field: field.into(),
+            name: name.into(),
+            hint: "",
+        })?;
+        if value == "." || value == ".." {
+            return Err(RenderError::DotSegment {
+                field: field.into(),
+                name: name.into(),
+                value,
+            });
         }
-    }
-    Ok(s)
+        Ok(percent_encode(&value))
+    })
 }
 
 /// Percent-encode everything but RFC 3986 unreserved characters.

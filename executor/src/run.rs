@@ -242,6 +242,26 @@ fn redact_value(redactor: &Redactor, v: Value) -> Value {
     }
 }
 
+/// The tool's main output (stdout, a response body, an operation report), with the preview the
+/// context policy allows.
+pub(crate) async fn open_output<'r>(
+    spec: &ExecSpec,
+    store: &ArtifactStore,
+    redactor: &'r Redactor,
+    id: &str,
+    content_type: &'static str,
+) -> Result<Sink<'r>, SinkError> {
+    let t = target(
+        spec,
+        id,
+        ArtifactKind::ToolOutput,
+        content_type,
+        spec.limits.max_stdout_bytes,
+        spec.context.preview_bytes(),
+    );
+    Sink::open(store, t, redactor).await
+}
+
 pub(crate) fn target<'a>(
     spec: &'a ExecSpec,
     id: &'a str,
@@ -344,20 +364,7 @@ async fn run_cli(
     .process_group(0)
     .kill_on_drop(true);
 
-    let preview_limit = spec.context.preview_bytes();
-    let mut out = Sink::open(
-        store,
-        target(
-            spec,
-            "stdout",
-            ArtifactKind::ToolOutput,
-            "text/plain; charset=utf-8",
-            spec.limits.max_stdout_bytes,
-            preview_limit,
-        ),
-        redactor,
-    )
-    .await?;
+    let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
     let mut err = Sink::open(
         store,
         target(
@@ -457,19 +464,7 @@ async fn run_builtin(
         ));
     };
     let started = Instant::now();
-    let mut out = Sink::open(
-        store,
-        target(
-            spec,
-            "stdout",
-            ArtifactKind::ToolOutput,
-            "text/plain; charset=utf-8",
-            spec.limits.max_stdout_bytes,
-            spec.context.preview_bytes(),
-        ),
-        redactor,
-    )
-    .await?;
+    let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
     match crate::builtin::run(spec, op) {
         Ok(message) => {
             out.write(format!("{message}\n").as_bytes()).await?;

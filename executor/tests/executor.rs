@@ -720,3 +720,17 @@ fn builtin_file_operations_stay_in_the_write_roots() {
             .ends_with("src/serializer.ts")
     );
 }
+
+#[test]
+fn a_dry_run_is_announced_to_a_cli_tool() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut spec = base_spec(
+        &dir.path().join("art"),
+        json!(["sh", "-c", "echo dry=${TOOLGATE_DRY_RUN:-0}"]),
+    );
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.result["outputPreview"], "dry=0\n");
+    spec["dryRun"] = json!(true);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.result["outputPreview"], "dry=1\n");
+}

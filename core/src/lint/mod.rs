@@ -140,11 +140,6 @@ impl Linter {
         Ok(Linter { schemas })
     }
 
-    /// The kinds this linter knows.
-    pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.schemas.keys().map(String::as_str)
-    }
-
     /// Lint documents as one set (references resolve within it). `now` decides expiry warnings.
     pub fn lint(&self, docs: Vec<RawManifest>, now: jiff::Timestamp) -> LintReport {
         let mut findings = Vec::new();
