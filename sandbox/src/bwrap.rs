@@ -1,0 +1,228 @@
+//! bubblewrap's command line for a plan. The new root holds only the system folders (read-only),
+//! a private /dev, /proc and /tmp, the plan's roots, and the runtime's own files.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::plan::{Network, SandboxPlan};
+
+/// System folders bound read-only (or re-created as the host's symlinks, on merged-/usr systems).
+pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
+
+/// The few files of /etc programs need; never the whole folder (no shadow, no host config).
+pub const ETC_FILES: &[&str] = &[
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/ssl/certs",
+    "/etc/ca-certificates",
+    "/etc/mime.types",
+];
+
+/// What a host path is, for choosing how to bind or hide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Does not exist.
+    Missing,
+    /// A directory.
+    Dir,
+    /// A symlink with its target.
+    Symlink(PathBuf),
+    /// Anything else.
+    File,
+}
+
+/// Look at a host path without following symlinks.
+pub fn kind_of(path: &Path) -> Kind {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Kind::Missing,
+        Ok(m) if m.file_type().is_symlink() => std::fs::read_link(path)
+            .map(Kind::Symlink)
+            .unwrap_or(Kind::Missing),
+        Ok(m) if m.is_dir() => Kind::Dir,
+        Ok(_) => Kind::File,
+    }
+}
+
+/// The arguments before `--` and the command. `seccomp_fds` are descriptors the child inherits.
+/// `host_of` maps a path inside the sandbox to the host path behind it, to see what a hidden path
+/// is; `kind` inspects a host path (tests pass their own).
+pub fn arguments(
+    plan: &SandboxPlan,
+    seccomp_fds: &[i32],
+    kind: &dyn Fn(&Path) -> Kind,
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
+        for i in items {
+            a.push(i.as_ref().to_os_string());
+        }
+    };
+    push(&[
+        &"--unshare-all",
+        &"--unshare-user",
+        &"--disable-userns",
+        &"--die-with-parent",
+        &"--new-session",
+    ]);
+    if plan.network == Network::Host {
+        push(&[&"--share-net"]);
+    }
+    push(&[
+        &"--cap-drop",
+        &"ALL",
+        &"--hostname",
+        &"toolgate-sandbox",
+        &"--clearenv",
+    ]);
+    for dir in SYSTEM_DIRS {
+        match kind(Path::new(dir)) {
+            Kind::Dir => push(&[&"--ro-bind", dir, dir]),
+            Kind::Symlink(target) => push(&[&"--symlink", &target, dir]),
+            Kind::File | Kind::Missing => {}
+        }
+    }
+    for f in ETC_FILES {
+        push(&[&"--ro-bind-try", f, f]);
+    }
+    push(&[&"--proc", &"/proc", &"--dev", &"/dev"]);
+    push(&[
+        &"--size",
+        &plan.limits.tmp_bytes.to_string(),
+        &"--tmpfs",
+        &"/tmp",
+    ]);
+    for b in &plan.read_only {
+        push(&[&"--ro-bind-try", &b.host, &b.inside]);
+    }
+    for b in &plan.writable {
+        push(&[&"--bind-try", &b.host, &b.inside]);
+    }
+    for inside in &plan.hidden {
+        match kind(&host_behind(plan, inside)) {
+            Kind::Dir => push(&[&"--tmpfs", inside, &"--remount-ro", inside]),
+            Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind", &"/dev/null", inside]),
+            Kind::Missing => {}
+        }
+    }
+    push(&[&"--chdir", &plan.cwd]);
+    for (k, v) in &plan.env {
+        push(&[&"--setenv", k, v]);
+    }
+    for fd in seccomp_fds {
+        push(&[&"--add-seccomp-fd", &fd.to_string()]);
+    }
+    a
+}
+
+/// The host path a path inside the sandbox comes from (the deepest bind containing it).
+pub fn host_behind(plan: &SandboxPlan, inside: &Path) -> PathBuf {
+    plan.read_only
+        .iter()
+        .chain(&plan.writable)
+        .filter_map(|b| {
+            inside
+                .strip_prefix(&b.inside)
+                .ok()
+                .map(|rest| (b.inside.components().count(), b.host.join(rest)))
+        })
+        .max_by_key(|(depth, _)| *depth)
+        .map_or_else(|| inside.to_path_buf(), |(_, host)| host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Bind, Limits};
+    use std::time::Duration;
+
+    fn plan(network: Network) -> SandboxPlan {
+        SandboxPlan {
+            read_only: vec![Bind {
+                host: "/srv/ws".into(),
+                inside: "/workspace".into(),
+            }],
+            writable: vec![Bind {
+                host: "/srv/ws/out".into(),
+                inside: "/workspace/out".into(),
+            }],
+            hidden: vec!["/workspace/.env".into(), "/workspace/.git".into()],
+            cwd: "/workspace".into(),
+            network,
+            limits: Limits {
+                timeout: Duration::from_secs(1),
+                memory_bytes: 1 << 20,
+                cpu_seconds: None,
+                processes: None,
+                file_bytes: None,
+                tmp_bytes: 1024,
+            },
+            env: vec![("PATH".into(), "/usr/bin".into())],
+        }
+    }
+
+    fn fake_kind(p: &Path) -> Kind {
+        match p.to_str() {
+            Some("/usr") => Kind::Dir,
+            Some("/bin") => Kind::Symlink("usr/bin".into()),
+            Some("/srv/ws/.env") => Kind::File,
+            Some("/srv/ws/.git") => Kind::Dir,
+            _ => Kind::Missing,
+        }
+    }
+
+    fn joined(a: &[OsString]) -> String {
+        a.iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn no_network_unless_open() {
+        let a = joined(&arguments(&plan(Network::None), &[7], &fake_kind));
+        assert!(a.starts_with("--unshare-all --unshare-user --disable-userns"));
+        assert!(!a.contains("--share-net"));
+        let a = joined(&arguments(&plan(Network::Host), &[], &fake_kind));
+        assert!(a.contains("--share-net"));
+    }
+
+    #[test]
+    fn binds_roots_in_order_and_hides_blocked_paths() {
+        let a = joined(&arguments(&plan(Network::None), &[7, 8], &fake_kind));
+        assert!(a.contains("--ro-bind /usr /usr --symlink usr/bin /bin"));
+        let ro = a
+            .find("--ro-bind-try /srv/ws /workspace")
+            .expect("read root");
+        let rw = a
+            .find("--bind-try /srv/ws/out /workspace/out")
+            .expect("write root");
+        let env = a
+            .find("--ro-bind /dev/null /workspace/.env")
+            .expect(".env hidden");
+        let git = a
+            .find("--tmpfs /workspace/.git --remount-ro /workspace/.git")
+            .expect(".git hidden");
+        assert!(ro < rw && rw < env && env < git);
+        assert!(a.contains("--size 1024 --tmpfs /tmp"));
+        assert!(a.contains("--setenv PATH /usr/bin"));
+        assert!(a.ends_with("--add-seccomp-fd 7 --add-seccomp-fd 8"));
+        assert!(!a.contains("/etc/shadow") && !a.contains("--bind /etc"));
+    }
+
+    #[test]
+    fn hidden_paths_resolve_through_the_deepest_bind() {
+        let p = plan(Network::None);
+        assert_eq!(
+            host_behind(&p, Path::new("/workspace/out/x")),
+            Path::new("/srv/ws/out/x")
+        );
+        assert_eq!(
+            host_behind(&p, Path::new("/workspace/a")),
+            Path::new("/srv/ws/a")
+        );
+    }
+}

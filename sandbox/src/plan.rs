@@ -1,0 +1,372 @@
+//! Resolve a SandboxPolicy into a concrete plan, before anything runs (invariant 10). Pure: no
+//! I/O, so a refusal is decided the same way everywhere and tested without a kernel.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use toolgate_crds::{EgressMode, SandboxMode, SandboxPolicySpec};
+
+/// Where the workspace appears inside the sandbox.
+pub const WORKSPACE_INSIDE: &str = "/workspace";
+
+/// Default size of the sandbox's private `/tmp`.
+pub const DEFAULT_TMP_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A host path made visible inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bind {
+    /// The path on the host.
+    pub host: PathBuf,
+    /// Where it appears inside.
+    pub inside: PathBuf,
+}
+
+/// The network the sandbox gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Network {
+    /// A new network namespace with loopback only.
+    None,
+    /// The host's network (policy `open`).
+    Host,
+}
+
+/// Resource limits of one sandboxed run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Wall clock; the whole sandbox is killed after it.
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    /// Memory of the whole sandbox.
+    pub memory_bytes: u64,
+    /// CPU time of each process, when limited.
+    pub cpu_seconds: Option<u64>,
+    /// Processes (and threads) of the whole sandbox.
+    pub processes: Option<u64>,
+    /// Largest file a process may write.
+    pub file_bytes: Option<u64>,
+    /// Size of the private `/tmp`.
+    pub tmp_bytes: u64,
+}
+
+mod millis {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u128(d.as_millis())
+    }
+}
+
+/// Everything the sandbox of one call is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPlan {
+    /// Visible read-only (the policy's read roots, then the runtime's own files).
+    pub read_only: Vec<Bind>,
+    /// Visible read-write (the policy's write roots, then the runtime's output folders).
+    pub writable: Vec<Bind>,
+    /// Paths inside the sandbox that are hidden even though a root contains them.
+    pub hidden: Vec<PathBuf>,
+    /// Working directory inside.
+    pub cwd: PathBuf,
+    /// Network.
+    pub network: Network,
+    /// Limits.
+    pub limits: Limits,
+    /// The whole environment of the sandbox (nothing else is inherited).
+    pub env: Vec<(String, String)>,
+}
+
+impl SandboxPlan {
+    /// Make a runtime file or folder visible read-only at the same path.
+    pub fn expose_read_only(&mut self, host: impl Into<PathBuf>) {
+        let host = host.into();
+        self.read_only.push(Bind {
+            inside: host.clone(),
+            host,
+        });
+    }
+
+    /// Make a runtime folder writable at the same path.
+    pub fn expose_writable(&mut self, host: impl Into<PathBuf>) {
+        let host = host.into();
+        self.writable.push(Bind {
+            inside: host.clone(),
+            host,
+        });
+    }
+}
+
+/// Why a policy cannot run here. Each says which field and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// Egress allowlists need the egress proxy; never silently opened.
+    #[error(
+        "network.egress: the embedded runtime cannot enforce an allowlist ({0}) yet, it has no egress proxy; refusing to run rather than opening the network (use egress none, or run on a cluster)"
+    )]
+    EgressAllowlist(String),
+    /// A runtime class asks for stronger isolation than namespaces.
+    #[error(
+        "runtimeClassName: {0:?} asks for a stronger runtime than the embedded sandbox gives; refusing to run with weaker isolation (run on a cluster with that RuntimeClass)"
+    )]
+    RuntimeClass(String),
+    /// A mode the embedded runtime does not provide.
+    #[error("mode: {0} is not available in the embedded runtime")]
+    Mode(&'static str),
+    /// A path that is not a plain path.
+    #[error("{field}: {path:?} is not allowed ({why})")]
+    Path {
+        /// Field path.
+        field: String,
+        /// The path.
+        path: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// An environment entry without `=`.
+    #[error("environment.injectedEnv[{index}]: expected NAME=value, found {entry:?}")]
+    Env {
+        /// Index.
+        index: usize,
+        /// Entry.
+        entry: String,
+    },
+}
+
+/// What the runtime knows that the policy does not.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    /// The workspace folder on the host.
+    pub workspace: &'a Path,
+    /// The runtime's environment, for `inheritedEnv`.
+    pub env: &'a [(String, String)],
+    /// Override of the policy's timeout (the descriptor's, when shorter).
+    pub timeout_ms: Option<u64>,
+}
+
+/// Resolve a policy.
+pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPlan, ResolveError> {
+    match policy.mode {
+        SandboxMode::Vm => return Err(ResolveError::Mode("vm")),
+        SandboxMode::RemoteApi => return Err(ResolveError::Mode("remote_api")),
+        _ => {}
+    }
+    if let Some(class) = &policy.runtime_class_name {
+        return Err(ResolveError::RuntimeClass(class.clone()));
+    }
+    let network = match policy.network.egress {
+        EgressMode::None => Network::None,
+        EgressMode::Open => Network::Host,
+        EgressMode::Allowlist => {
+            let mut all = policy.network.allow_domains.clone();
+            all.extend(policy.network.allow_cidrs.iter().cloned());
+            return Err(ResolveError::EgressAllowlist(all.join(", ")));
+        }
+    };
+    let fs = &policy.filesystem;
+    let map = |field: String, p: &str| map_path(&field, p, cx.workspace);
+    let mut read_only = Vec::new();
+    for (i, p) in fs.read_roots.iter().enumerate() {
+        read_only.push(map(format!("filesystem.readRoots[{i}]"), p)?);
+    }
+    let mut writable = Vec::new();
+    for (i, p) in fs.write_roots.iter().enumerate() {
+        writable.push(map(format!("filesystem.writeRoots[{i}]"), p)?);
+    }
+    // Deeper binds after shallower ones, so a write root inside a read root stays writable.
+    writable.sort_by_key(|b| b.inside.components().count());
+    read_only.sort_by_key(|b| b.inside.components().count());
+    let mut hidden = Vec::new();
+    for (i, p) in fs.blocked_paths.iter().enumerate() {
+        hidden.push(map(format!("filesystem.blockedPaths[{i}]"), p)?.inside);
+    }
+    let cwd = match &fs.cwd {
+        Some(c) => map("filesystem.cwd".into(), c)?.inside,
+        None => PathBuf::from("/"),
+    };
+    let mut env: Vec<(String, String)> = Vec::new();
+    for name in &policy.environment.inherited_env {
+        if let Some((_, v)) = cx.env.iter().find(|(k, _)| k == name) {
+            env.push((name.clone(), v.clone()));
+        }
+    }
+    for (index, entry) in policy.environment.injected_env.iter().enumerate() {
+        let Some((k, v)) = entry.split_once('=') else {
+            return Err(ResolveError::Env {
+                index,
+                entry: entry.clone(),
+            });
+        };
+        env.retain(|(name, _)| name != k);
+        env.push((k.into(), v.into()));
+    }
+    let process = &policy.process;
+    let mut timeout_ms = u64::from(process.timeout_ms);
+    if let Some(t) = cx.timeout_ms {
+        timeout_ms = timeout_ms.min(t);
+    }
+    Ok(SandboxPlan {
+        read_only,
+        writable,
+        hidden,
+        cwd,
+        network,
+        limits: Limits {
+            timeout: Duration::from_millis(timeout_ms),
+            memory_bytes: u64::from(process.max_memory_mb) * 1024 * 1024,
+            // Local CPU limit: millicores over the timeout, as CPU seconds (at least one).
+            cpu_seconds: process
+                .max_cpu_millis
+                .map(|m| (u64::from(m) * timeout_ms / 1000 / 1000).max(1)),
+            processes: process.max_processes.map(u64::from),
+            file_bytes: process.max_file_bytes,
+            tmp_bytes: fs
+                .temp_dir_size_mb
+                .map_or(DEFAULT_TMP_BYTES, |mb| u64::from(mb) * 1024 * 1024),
+        },
+        env,
+    })
+}
+
+/// `workspace` and `workspace/x` (or plain relative `x`) map into the workspace; absolute paths
+/// map to themselves. `..` is refused everywhere.
+fn map_path(field: &str, p: &str, workspace: &Path) -> Result<Bind, ResolveError> {
+    let bad = |why| ResolveError::Path {
+        field: field.into(),
+        path: p.into(),
+        why,
+    };
+    if p.is_empty() {
+        return Err(bad("empty"));
+    }
+    let path = Path::new(p);
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(bad("`.` and `..` are not allowed"));
+    }
+    if path.is_absolute() {
+        if path == Path::new("/") {
+            return Err(bad("the host root cannot be a sandbox root"));
+        }
+        return Ok(Bind {
+            host: path.into(),
+            inside: path.into(),
+        });
+    }
+    let rest = path.strip_prefix("workspace").unwrap_or(path);
+    Ok(Bind {
+        host: workspace.join(rest),
+        inside: Path::new(WORKSPACE_INSIDE).join(rest),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(yaml: serde_json::Value) -> SandboxPolicySpec {
+        serde_json::from_value(yaml).expect("policy")
+    }
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({
+            "mode": "workspace_write",
+            "filesystem": {"cwd": "workspace", "readRoots": ["workspace"], "writeRoots": ["workspace/coverage"],
+                           "blockedPaths": ["workspace/.env"]},
+            "network": {"egress": "none"},
+            "environment": {"inheritedEnv": ["PATH", "MISSING"], "injectedEnv": ["CI=true"]},
+            "process": {"timeoutMs": 10000, "maxMemoryMb": 128, "maxProcesses": 4,
+                        "maxStdoutBytes": 100, "maxStderrBytes": 100},
+            "audit": {}
+        })
+    }
+
+    fn cx(ws: &Path) -> Context<'_> {
+        Context {
+            workspace: ws,
+            env: &[],
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn maps_roots_into_the_workspace() {
+        let ws = Path::new("/srv/ws");
+        let env = [("PATH".to_string(), "/usr/bin".to_string())];
+        let plan = resolve(
+            &policy(base()),
+            &Context {
+                workspace: ws,
+                env: &env,
+                timeout_ms: Some(5000),
+            },
+        )
+        .expect("plan");
+        assert_eq!(plan.read_only[0].host, Path::new("/srv/ws"));
+        assert_eq!(plan.read_only[0].inside, Path::new("/workspace"));
+        assert_eq!(plan.writable[0].host, Path::new("/srv/ws/coverage"));
+        assert_eq!(plan.hidden, vec![PathBuf::from("/workspace/.env")]);
+        assert_eq!(plan.cwd, Path::new("/workspace"));
+        assert_eq!(plan.network, Network::None);
+        assert_eq!(plan.limits.timeout, Duration::from_millis(5000));
+        assert_eq!(plan.limits.memory_bytes, 128 << 20);
+        assert_eq!(plan.limits.processes, Some(4));
+        assert_eq!(
+            plan.env,
+            vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("CI".into(), "true".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_an_allowlist_instead_of_opening_the_network() {
+        let mut p = base();
+        p["network"] =
+            serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"]});
+        let err = resolve(&policy(p), &cx(Path::new("/w"))).expect_err("refused");
+        assert!(matches!(err, ResolveError::EgressAllowlist(ref d) if d == "api.github.com"));
+        assert!(err.to_string().starts_with("network.egress:"));
+    }
+
+    #[test]
+    fn refuses_runtime_classes_and_vm_mode() {
+        let mut p = base();
+        p["runtimeClassName"] = "gvisor".into();
+        assert!(matches!(
+            resolve(&policy(p), &cx(Path::new("/w"))),
+            Err(ResolveError::RuntimeClass(_))
+        ));
+        let mut p = base();
+        p["mode"] = "vm".into();
+        assert!(matches!(
+            resolve(&policy(p), &cx(Path::new("/w"))),
+            Err(ResolveError::Mode("vm"))
+        ));
+    }
+
+    #[test]
+    fn refuses_parent_segments_and_the_host_root() {
+        for bad in ["workspace/../etc", "../x", "/", "", "./x"] {
+            let mut p = base();
+            p["filesystem"]["writeRoots"] = serde_json::json!([bad]);
+            let err = resolve(&policy(p), &cx(Path::new("/w"))).expect_err(bad);
+            assert!(
+                err.to_string().starts_with("filesystem.writeRoots[0]:"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn open_egress_shares_the_host_network() {
+        let mut p = base();
+        p["network"] = serde_json::json!({"egress": "open"});
+        let plan = resolve(&policy(p), &cx(Path::new("/w"))).expect("plan");
+        assert_eq!(plan.network, Network::Host);
+    }
+}

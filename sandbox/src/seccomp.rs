@@ -1,0 +1,144 @@
+//! The seccomp filters every sandboxed process runs under, built with `seccompiler` and handed to
+//! bubblewrap as raw BPF (`--add-seccomp-fd`), so they apply from the first instruction of the
+//! sandboxed command on and are inherited by everything it starts.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Syscalls refused with EPERM: mounting, tracing, kernel and key management, namespaces,
+/// loading code into the kernel, clock changes, and reading other processes' memory.
+pub const DENIED: &[(&str, i64)] = &[
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("reboot", libc::SYS_reboot),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("setns", libc::SYS_setns),
+    ("unshare", libc::SYS_unshare),
+    ("acct", libc::SYS_acct),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("quotactl", libc::SYS_quotactl),
+    ("syslog", libc::SYS_syslog),
+    ("vhangup", libc::SYS_vhangup),
+    ("lookup_dcookie", libc::SYS_lookup_dcookie),
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
+];
+
+/// `clone` flags that create namespaces: refused like `unshare`.
+const NAMESPACE_FLAGS: [u64; 7] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+/// Errors building a filter (a bug, never input).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the seccomp filter: {0}")]
+pub struct FilterError(String);
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> Result<Vec<u8>, FilterError> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, ARCH)
+        .map_err(|e| FilterError(e.to_string()))?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))?;
+    Ok(to_bytes(&program))
+}
+
+/// The deny-list filter (EPERM), as raw BPF instructions.
+pub fn deny_filter() -> Result<Vec<u8>, FilterError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|(_, nr)| (*nr, Vec::new())).collect();
+    let clone_rules = NAMESPACE_FLAGS
+        .iter()
+        .map(|flag| {
+            let cond = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(*flag),
+                *flag,
+            )
+            .map_err(|e| FilterError(e.to_string()))?;
+            SeccompRule::new(vec![cond]).map_err(|e| FilterError(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    compile(rules, SeccompAction::Errno(libc::EPERM as u32))
+}
+
+/// `clone3` answers ENOSYS: its flags sit in memory a filter cannot read, and ENOSYS makes libc
+/// fall back to `clone`, whose flags the deny filter checks (what container runtimes do).
+pub fn clone3_filter() -> Result<Vec<u8>, FilterError> {
+    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    compile(rules, SeccompAction::Errno(libc::ENOSYS as u32))
+}
+
+/// `struct sock_filter` in the kernel's (native) layout: u16 code, u8 jt, u8 jf, u32 k.
+fn to_bytes(program: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for insn in program {
+        out.extend_from_slice(&insn.code.to_ne_bytes());
+        out.push(insn.jt);
+        out.push(insn.jf);
+        out.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compile_to_whole_instructions() {
+        let deny = deny_filter().expect("deny filter");
+        assert!(!deny.is_empty() && deny.len().is_multiple_of(8));
+        let clone3 = clone3_filter().expect("clone3 filter");
+        assert!(!clone3.is_empty() && clone3.len().is_multiple_of(8));
+    }
+}

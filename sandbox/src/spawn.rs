@@ -1,0 +1,295 @@
+//! Turn a plan into a command that runs inside the sandbox: bubblewrap with the plan's arguments,
+//! the seccomp filters on inherited descriptors, rlimits set between fork and exec, and the
+//! child placed in fresh memory and pids cgroups when the machine lets us create them.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+use crate::bwrap::{arguments, kind_of};
+use crate::plan::SandboxPlan;
+use crate::seccomp;
+
+/// Extra address space beyond the memory limit when only RLIMIT_AS can enforce it: the executor
+/// reserves virtual memory (thread stacks, allocator arenas) it never touches.
+const ADDRESS_SPACE_HEADROOM: u64 = 512 * 1024 * 1024;
+
+/// Why a sandbox could not be set up. Nothing ran.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// bubblewrap is not installed.
+    #[error(
+        "bubblewrap (bwrap) is not installed or not on PATH; install the Debian package `bubblewrap` (scripts/install-deps.sh does)"
+    )]
+    BwrapMissing,
+    /// The seccomp filter could not be built.
+    #[error(transparent)]
+    Filter(#[from] seccomp::FilterError),
+    /// A write root could not be created, or a temp file written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// How each limit is enforced on this machine, for the call's explanation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enforcement {
+    /// `cgroup` or `rlimit-as`.
+    pub memory: &'static str,
+    /// `cgroup`, `rlimit-nproc`, or `none` when neither binds (uid 0 without a pids cgroup).
+    pub processes: &'static str,
+    /// The seccomp filters and what they refuse.
+    pub seccomp: &'static str,
+}
+
+/// A command ready to spawn, and what must live as long as it does.
+#[derive(Debug)]
+pub struct SandboxedCommand {
+    /// bubblewrap with its arguments and the command.
+    pub command: Command,
+    /// How the limits are enforced.
+    pub enforcement: Enforcement,
+    _filters: Vec<File>,
+    cgroups: Vec<PathBuf>,
+}
+
+impl SandboxedCommand {
+    /// Remove the cgroups once the sandbox has exited, killing anything left in them first.
+    pub fn cleanup(&mut self) {
+        for dir in self.cgroups.drain(..) {
+            for _ in 0..50 {
+                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                        // SAFETY: kill(2) with a pid read from the cgroup; no memory involved.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+                if std::fs::remove_dir(&dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for SandboxedCommand {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// Find bubblewrap on PATH (or the usual place).
+pub fn bwrap_path() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+}
+
+/// Prepare `program args…` to run inside the sandbox of `plan`. `label` names the cgroups.
+pub fn prepare(
+    plan: &SandboxPlan,
+    program: &Path,
+    args: &[OsString],
+    label: &str,
+) -> Result<SandboxedCommand, SpawnError> {
+    let bwrap = bwrap_path().ok_or(SpawnError::BwrapMissing)?;
+    for b in &plan.writable {
+        std::fs::create_dir_all(&b.host).map_err(|source| SpawnError::Io {
+            what: format!("creating write root {}", b.host.display()),
+            source,
+        })?;
+    }
+    let filters = [seccomp::deny_filter()?, seccomp::clone3_filter()?]
+        .into_iter()
+        .map(|bpf| {
+            let mut f = tempfile::tempfile()?;
+            f.write_all(&bpf)?;
+            f.rewind()?;
+            Ok(f)
+        })
+        .collect::<std::io::Result<Vec<File>>>()
+        .map_err(|source| SpawnError::Io {
+            what: "writing the seccomp filter".into(),
+            source,
+        })?;
+    let fds: Vec<i32> = filters.iter().map(AsRawFd::as_raw_fd).collect();
+
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let label: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    // Unique per sandbox, even for the same label at once (retries, tests in parallel).
+    let label = format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut cgroups = Vec::new();
+    let mut procs_files = Vec::new();
+    let memory = make_cgroup("memory", &format!("toolgate-{label}"), |dir| {
+        std::fs::write(
+            dir.join("memory.limit_in_bytes"),
+            plan.limits.memory_bytes.to_string(),
+        )
+        .or_else(|_| {
+            std::fs::write(dir.join("memory.max"), plan.limits.memory_bytes.to_string())
+        })?;
+        // Swap counts too where the kernel accounts it; absent files are fine.
+        let _ = std::fs::write(
+            dir.join("memory.memsw.limit_in_bytes"),
+            plan.limits.memory_bytes.to_string(),
+        );
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        Ok(())
+    });
+    let pids = match plan.limits.processes {
+        Some(max) => make_cgroup("pids", &format!("toolgate-{label}"), |dir| {
+            std::fs::write(dir.join("pids.max"), max.to_string())
+        }),
+        None => None,
+    };
+    for (dir, procs) in [memory.as_ref(), pids.as_ref()].into_iter().flatten() {
+        cgroups.push(dir.clone());
+        procs_files.push(procs.try_clone().map_err(|source| SpawnError::Io {
+            what: "opening cgroup.procs".into(),
+            source,
+        })?);
+    }
+    // SAFETY: getuid(2) cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let enforcement = Enforcement {
+        memory: if memory.is_some() {
+            "cgroup"
+        } else {
+            "rlimit-as"
+        },
+        processes: match (plan.limits.processes, pids.is_some(), root) {
+            (None, _, _) => "unlimited",
+            (Some(_), true, _) => "cgroup",
+            (Some(_), false, false) => "rlimit-nproc",
+            (Some(_), false, true) => "none",
+        },
+        seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, …) + clone3→ENOSYS",
+    };
+
+    let mut command = Command::new(bwrap);
+    command
+        .args(arguments(plan, &fds, &kind_of))
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .process_group(0);
+
+    let limits = plan.limits.clone();
+    let address_space = memory
+        .is_none()
+        .then(|| limits.memory_bytes.saturating_add(ADDRESS_SPACE_HEADROOM));
+    let nproc = if pids.is_none() {
+        limits.processes
+    } else {
+        None
+    };
+    let procs_fds: Vec<i32> = procs_files.iter().map(AsRawFd::as_raw_fd).collect();
+    let seccomp_fds = fds.clone();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (write, fcntl, setrlimit) on values prepared before the fork; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            for fd in &procs_fds {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for fd in &seccomp_fds {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            set_limit(libc::RLIMIT_CORE, Some(0))?;
+            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
+            set_limit(libc::RLIMIT_FSIZE, limits.file_bytes)?;
+            set_limit(libc::RLIMIT_AS, address_space)?;
+            set_limit(libc::RLIMIT_NPROC, nproc)?;
+            Ok(())
+        });
+    }
+    let _keep = procs_files;
+    Ok(SandboxedCommand {
+        command,
+        enforcement,
+        _filters: filters.into_iter().chain(_keep).collect(),
+        cgroups,
+    })
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> std::io::Result<()> {
+    let Some(v) = value else { return Ok(()) };
+    let lim = libc::rlimit {
+        rlim_cur: v,
+        rlim_max: v,
+    };
+    // SAFETY: setrlimit(2) with a valid struct on the stack.
+    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Create a child cgroup of ours under a v1 controller (or the v2 hierarchy) and configure it.
+/// Returns its folder and an open `cgroup.procs`, or `None` when the machine does not allow it.
+fn make_cgroup(
+    controller: &str,
+    name: &str,
+    configure: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> Option<(PathBuf, File)> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let (root, current) = own.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == controller) {
+            Some((
+                PathBuf::from("/sys/fs/cgroup").join(controller),
+                path.to_string(),
+            ))
+        } else {
+            None
+        }
+    })?;
+    let dir = root.join(current.trim_start_matches('/')).join(name);
+    std::fs::create_dir(&dir).ok()?;
+    let setup = configure(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+    });
+    match setup {
+        Ok(procs) => Some((dir, procs)),
+        Err(_) => {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+}
