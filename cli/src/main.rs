@@ -6,8 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
 mod crds_cmd;
+mod demo;
 mod lint_cmd;
+mod local_cmd;
 mod policy_cmds;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.
@@ -16,6 +19,8 @@ mod policy_cmds;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    conn: client::Conn,
 }
 
 #[derive(Subcommand)]
@@ -58,14 +63,15 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
-    /// Compile the tool view a principal would get for an intent.
+    /// Compile the tool view a principal would get for an intent: offline over a folder of
+    /// manifests (--manifests, --principal), or as the caller against a running server.
     View {
-        /// Folder of manifests.
+        /// Folder of manifests (offline). Without it, ask the server.
+        #[arg(long, requires = "principal")]
+        manifests: Option<PathBuf>,
+        /// The principal (`system:serviceaccount:team-a:fixer`, a user name); offline only.
         #[arg(long)]
-        manifests: PathBuf,
-        /// The principal (`system:serviceaccount:team-a:fixer`, a user name).
-        #[arg(long)]
-        principal: String,
+        principal: Option<String>,
         /// Groups of the principal (repeatable).
         #[arg(long = "group")]
         groups: Vec<String>,
@@ -94,6 +100,20 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Run the embedded runtime: manifests from a folder, the gRPC API on loopback, every call
+    /// in a Linux sandbox.
+    Local(local_cmd::LocalArgs),
+    /// Play "an agent fixes a failing test" through the gRPC API of a fresh embedded runtime.
+    Demo {
+        /// Keep the demo's temporary folder (store, event logs, artifacts, workspace).
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Run one call from its spec (what the runtimes start inside each sandbox).
+    #[command(hide = true)]
+    Executor(toolgate_executor::cli::Args),
+    #[command(flatten)]
+    Client(client::ClientCommand),
     /// Show how effective permissions change between two versions of a policy folder.
     Diff {
         /// The folder before the change.
@@ -120,6 +140,16 @@ fn parse_action_type(s: &str) -> Result<toolgate_crds::ActionType, String> {
                 .collect();
             format!("expected one of {}, found {s:?}", all.join(", "))
         })
+}
+
+/// Logs for the long-running commands: `RUST_LOG` filters, JSON when `TOOLGATE_LOG_FORMAT=json`.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -154,19 +184,34 @@ fn main() -> ExitCode {
             format,
             explain,
             now,
-        } => policy_cmds::view(&policy_cmds::ViewArgs {
-            manifests: &manifests,
-            principal: &principal,
-            groups: &groups,
-            namespace: namespace.as_deref(),
-            intent: &intent,
-            action_type,
-            domains: &domains,
-            max_tools: usize::from(max_tools),
-            format,
-            explain,
-            now: now.as_deref(),
-        }),
+        } => match (manifests, principal) {
+            (Some(manifests), Some(principal)) => policy_cmds::view(&policy_cmds::ViewArgs {
+                manifests: &manifests,
+                principal: &principal,
+                groups: &groups,
+                namespace: namespace.as_deref(),
+                intent: &intent,
+                action_type,
+                domains: &domains,
+                max_tools: usize::from(max_tools),
+                format,
+                explain,
+                now: now.as_deref(),
+            }),
+            _ => policy_cmds::view_remote(
+                &cli.conn,
+                namespace.as_deref(),
+                &intent,
+                action_type,
+                usize::from(max_tools),
+                format,
+                explain,
+            ),
+        },
+        Command::Local(args) => local_cmd::run(&args),
+        Command::Demo { keep } => demo::run(keep),
+        Command::Executor(args) => Ok(toolgate_executor::cli::main(&args)),
+        Command::Client(cmd) => client::run(&cli.conn, cmd),
         Command::Diff {
             old,
             new,

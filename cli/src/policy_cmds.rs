@@ -317,6 +317,64 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `toolgate view` against a running server, as the authenticated caller.
+pub fn view_remote(
+    conn: &crate::client::Conn,
+    namespace: Option<&str>,
+    intent: &str,
+    action_type: Option<ActionType>,
+    max_tools: usize,
+    format: Format,
+    explain: bool,
+) -> anyhow::Result<ExitCode> {
+    use toolgate_proto::v1 as pb;
+    let format = match format {
+        Format::Canonical => pb::ViewFormat::Canonical,
+        Format::Openai => pb::ViewFormat::Openai,
+        Format::Anthropic => pb::ViewFormat::Anthropic,
+        Format::Mcp => pb::ViewFormat::Mcp,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut c = crate::client::Client::from_conn(conn).await?;
+        let view = c
+            .view(pb::GetToolViewRequest {
+                namespace: namespace.unwrap_or_default().into(),
+                intent: intent.into(),
+                format: format as i32,
+                max_tools: u32::try_from(max_tools).unwrap_or(8),
+                action_type: action_type.map(|a| a.as_str().to_string()).unwrap_or_default(),
+                explain,
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("{:?}: {}", s.code(), s.message()))?;
+        let tools: serde_json::Value = serde_json::from_str(&view.payload_json)?;
+        if explain {
+            let exposed: Vec<serde_json::Value> = view
+                .exposed
+                .iter()
+                .map(|t| serde_json::json!({"name": t.name, "providerName": t.provider_name, "digest": t.digest, "needsApproval": t.needs_approval, "reason": t.reason}))
+                .collect();
+            let hidden: Vec<serde_json::Value> = view
+                .hidden
+                .iter()
+                .map(|h| serde_json::json!({"name": h.name, "code": h.code, "reason": h.reason}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden})
+                )?
+            );
+        } else {
+            println!("{}", serde_json::to_string_pretty(&tools)?);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 /// `toolgate diff`.
 pub fn diff(
     old: &Path,

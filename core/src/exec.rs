@@ -52,6 +52,9 @@ pub struct ExecSpec {
     /// Domains the HTTP adapter may reach, redirects included (`*.example.com` allowed).
     #[serde(default)]
     pub allowed_domains: Vec<String>,
+    /// Refuse private, loopback and link-local addresses, by name or literal (HTTP adapter).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deny_private_networks: bool,
 }
 
 /// Which call is running.
@@ -155,5 +158,84 @@ impl ContextLimits {
             OutputExposure::None => 0,
             _ => (self.max_output_preview_tokens as usize).saturating_mul(4),
         }
+    }
+}
+
+/// What a runtime resolved for one execution; [`exec_spec`] turns it into the executor's input.
+/// Both runtimes build the spec here, so a call means the same thing in a pod and locally.
+#[derive(Debug, Clone)]
+pub struct ExecInput<'a> {
+    /// Which call and event.
+    pub call: CallIdentity,
+    /// The descriptor, at the digest the call was decided against.
+    pub tool: &'a toolgate_crds::ToolDescriptorSpec,
+    /// The resolved sandbox policy.
+    pub policy: &'a toolgate_crds::SandboxPolicySpec,
+    /// Validated args.
+    pub args: serde_json::Value,
+    /// Dry run.
+    pub dry_run: bool,
+    /// Where artifacts go.
+    pub artifacts: ArtifactTarget,
+    /// The credential binding by name, when the tool has one.
+    pub credential: Option<(&'a str, &'a toolgate_crds::CredentialBindingSpec)>,
+    /// Working directory inside the sandbox.
+    pub working_dir: Option<String>,
+    /// Write roots inside the sandbox.
+    pub write_roots: Vec<String>,
+}
+
+/// Build the executor's input. Limits take the stricter of the descriptor and the policy.
+pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
+    let process = &input.policy.process;
+    let env = &input.policy.environment;
+    let set = env
+        .injected_env
+        .iter()
+        .filter_map(|e| e.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let credentials = input
+        .credential
+        .map(|(name, binding)| CredentialFile {
+            binding: name.to_string(),
+            file_name: binding
+                .delivery
+                .file_name
+                .clone()
+                .unwrap_or_else(|| name.to_string()),
+            env_name: match binding.delivery.mode {
+                toolgate_crds::DeliveryMode::Env => binding.delivery.env_name.clone(),
+                toolgate_crds::DeliveryMode::File => None,
+            },
+        })
+        .into_iter()
+        .collect();
+    ExecSpec {
+        api_version: EXEC_SPEC_VERSION.into(),
+        call: input.call,
+        execution: input.tool.execution.clone(),
+        args: input.args,
+        dry_run: input.dry_run,
+        limits: ExecLimits {
+            timeout_ms: u64::from(input.tool.execution.timeout_ms.min(process.timeout_ms)),
+            max_stdout_bytes: process.max_stdout_bytes,
+            max_stderr_bytes: process.max_stderr_bytes,
+        },
+        context: ContextLimits {
+            expose_output_to_model: input.tool.context_policy.expose_output_to_model,
+            max_output_preview_tokens: input.tool.context_policy.max_output_preview_tokens,
+        },
+        output_schema: input.tool.schemas.output_schema.clone(),
+        artifacts: input.artifacts,
+        credentials,
+        env: EnvSpec {
+            inherit: env.inherited_env.clone(),
+            set,
+        },
+        working_dir: input.working_dir,
+        write_roots: input.write_roots,
+        allowed_domains: input.policy.network.allow_domains.clone(),
+        deny_private_networks: input.policy.network.deny_private_networks,
     }
 }

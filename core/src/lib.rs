@@ -5,6 +5,7 @@
 
 pub mod approval;
 pub mod args;
+pub mod call_state;
 pub mod decision;
 pub mod digest;
 pub mod exec;

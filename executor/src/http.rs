@@ -25,6 +25,68 @@ pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
     })
 }
 
+/// The host of a URL when it is an IP literal.
+fn literal_ip(url: &reqwest::Url) -> Option<std::net::IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(a) => Some(a.into()),
+        url::Host::Ipv6(a) => Some(a.into()),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// Private, loopback, link-local, shared, unspecified, broadcast and multicast addresses: what
+/// `denyPrivateNetworks` keeps a tool from reaching.
+pub fn is_private(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            a.is_private()
+                || a.is_loopback()
+                || a.is_link_local()
+                || a.is_unspecified()
+                || a.is_broadcast()
+                || a.is_multicast()
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
+                || o[0] == 0
+        }
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                return is_private(IpAddr::V4(v4));
+            }
+            let first = a.segments()[0];
+            a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// A resolver that drops private addresses, so a public name pointing inside (DNS rebinding,
+/// a hostile record) cannot reach the private network.
+struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| !is_private(a.ip()))
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to private addresses, and the sandbox denies private networks"
+                )
+                .into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 pub(crate) async fn run_http(
     spec: &ExecSpec,
     credentials: &[Credential],
@@ -49,6 +111,14 @@ pub(crate) async fn run_http(
             spec.allowed_domains.join(", ")
         )));
     }
+    if spec.deny_private_networks
+        && let Some(ip) = literal_ip(&url)
+        && is_private(ip)
+    {
+        return Err(ExecError::Unrunnable(format!(
+            "{ip} is a private, loopback or link-local address and the sandbox denies private networks"
+        )));
+    }
     let allowed = spec.allowed_domains.clone();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         let ok = attempt.previous().len() < 5
@@ -58,7 +128,11 @@ pub(crate) async fn run_http(
                 .is_some_and(|h| host_allowed(h, &allowed));
         if ok { attempt.follow() } else { attempt.stop() }
     });
-    let client = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if spec.deny_private_networks {
+        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
+    }
+    let client = builder
         .redirect(policy)
         .timeout(Duration::from_millis(spec.limits.timeout_ms))
         .build()

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod builtin;
+pub mod cli;
 pub mod effects;
 pub mod http;
 pub mod render;

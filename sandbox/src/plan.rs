@@ -103,7 +103,7 @@ impl SandboxPlan {
 pub enum ResolveError {
     /// Egress allowlists need the egress proxy; never silently opened.
     #[error(
-        "network.egress: the embedded runtime cannot enforce an allowlist ({0}) yet, it has no egress proxy; refusing to run rather than opening the network (use egress none, or run on a cluster)"
+        "network.egress: the embedded runtime cannot enforce an allowlist ({0}) for a process it runs (only the http adapter's own client checks domains, and no adapter checks CIDRs) until the egress proxy exists; refusing to run rather than opening the network (use egress none, or run on a cluster)"
     )]
     EgressAllowlist(String),
     /// A runtime class asks for stronger isolation than namespaces.
@@ -143,6 +143,10 @@ pub struct Context<'a> {
     pub env: &'a [(String, String)],
     /// Override of the policy's timeout (the descriptor's, when shorter).
     pub timeout_ms: Option<u64>,
+    /// The only process that touches the network is the executor's own HTTP client, which
+    /// checks every request and redirect against `allowDomains` (and private addresses): the
+    /// `http` adapter. Then a domain allowlist is enforced without an egress proxy.
+    pub executor_is_the_only_client: bool,
 }
 
 /// Resolve a policy.
@@ -158,6 +162,11 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
     let network = match policy.network.egress {
         EgressMode::None => Network::None,
         EgressMode::Open => Network::Host,
+        EgressMode::Allowlist
+            if cx.executor_is_the_only_client && policy.network.allow_cidrs.is_empty() =>
+        {
+            Network::Host
+        }
         EgressMode::Allowlist => {
             let mut all = policy.network.allow_domains.clone();
             all.extend(policy.network.allow_cidrs.iter().cloned());
@@ -257,6 +266,12 @@ fn map_path(field: &str, p: &str, workspace: &Path) -> Result<Bind, ResolveError
         });
     }
     let rest = path.strip_prefix("workspace").unwrap_or(path);
+    if rest.as_os_str().is_empty() {
+        return Ok(Bind {
+            host: workspace.to_path_buf(),
+            inside: WORKSPACE_INSIDE.into(),
+        });
+    }
     Ok(Bind {
         host: workspace.join(rest),
         inside: Path::new(WORKSPACE_INSIDE).join(rest),
@@ -289,6 +304,7 @@ mod tests {
             workspace: ws,
             env: &[],
             timeout_ms: None,
+            executor_is_the_only_client: false,
         }
     }
 
@@ -302,6 +318,7 @@ mod tests {
                 workspace: ws,
                 env: &env,
                 timeout_ms: Some(5000),
+                executor_is_the_only_client: false,
             },
         )
         .expect("plan");
@@ -331,6 +348,25 @@ mod tests {
         let err = resolve(&policy(p), &cx(Path::new("/w"))).expect_err("refused");
         assert!(matches!(err, ResolveError::EgressAllowlist(ref d) if d == "api.github.com"));
         assert!(err.to_string().starts_with("network.egress:"));
+    }
+
+    #[test]
+    fn an_allowlist_holds_for_the_http_adapter_but_never_for_cidrs() {
+        let mut p = base();
+        p["network"] =
+            serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"]});
+        let mut c = cx(Path::new("/w"));
+        c.executor_is_the_only_client = true;
+        assert_eq!(
+            resolve(&policy(p), &c).expect("plan").network,
+            Network::Host
+        );
+        let mut p = base();
+        p["network"] = serde_json::json!({"egress": "allowlist", "allowCidrs": ["10.0.0.0/8"]});
+        assert!(matches!(
+            resolve(&policy(p), &c),
+            Err(ResolveError::EgressAllowlist(_))
+        ));
     }
 
     #[test]

@@ -1,0 +1,144 @@
+//! Who is calling. The principal of every call comes from here, never from a request field.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toolgate_core::principal::Principal;
+
+use crate::error::ApiError;
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The principal (`system:serviceaccount:team-a:fixer`, `alice@example.com`) with groups.
+    pub principal: Principal,
+    /// Namespaces where the caller may approve, deny and inspect others' calls.
+    pub approver_in: Vec<String>,
+}
+
+impl Caller {
+    /// The principal's name.
+    pub fn name(&self) -> &str {
+        &self.principal.name
+    }
+
+    /// Whether the caller may approve calls in `namespace`.
+    pub fn approves_in(&self, namespace: &str) -> bool {
+        self.approver_in.iter().any(|n| n == namespace || n == "*")
+    }
+}
+
+/// Turns a bearer token into a caller.
+pub trait Authenticator: Send + Sync + 'static {
+    /// The caller a token belongs to, or `None`.
+    fn authenticate(&self, token: &str) -> Option<Caller>;
+}
+
+/// One entry of a tokens file.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TokenEntry {
+    token: String,
+    principal: String,
+    #[serde(default)]
+    groups: Vec<String>,
+    #[serde(default)]
+    approver_in: Vec<String>,
+}
+
+/// A tokens file: a YAML list of `{token, principal, groups, approverIn}`. Tokens are kept only
+/// as SHA-256 digests in memory and looked up by digest.
+#[derive(Debug, Default)]
+pub struct TokenFile {
+    by_digest: HashMap<[u8; 32], Caller>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl TokenFile {
+    /// Read a tokens file. Refuses files others can read, and entries without a token.
+    pub fn load(path: &Path) -> Result<Self, ApiError> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| ApiError::Config(format!("tokens file {}: {e}", path.display())))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(ApiError::Config(format!(
+                "tokens file {}: mode {:o} lets others read it; expected 600 (chmod 600 {})",
+                path.display(),
+                meta.permissions().mode() & 0o777,
+                path.display()
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ApiError::Config(format!("tokens file {}: {e}", path.display())))?;
+        Self::parse(&text)
+            .map_err(|e| ApiError::Config(format!("tokens file {}: {e}", path.display())))
+    }
+
+    /// Parse the YAML text of a tokens file.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let entries: Vec<TokenEntry> = serde_norway::from_str(text).map_err(|e| {
+            format!("expected a list of {{token, principal, groups, approverIn}}: {e}")
+        })?;
+        let mut by_digest = HashMap::new();
+        for (i, e) in entries.into_iter().enumerate() {
+            if e.token.len() < 16 {
+                return Err(format!("[{i}].token: expected at least 16 characters"));
+            }
+            if e.principal.is_empty() {
+                return Err(format!("[{i}].principal: expected a principal name"));
+            }
+            let caller = Caller {
+                principal: Principal::new(e.principal).with_groups(e.groups),
+                approver_in: e.approver_in,
+            };
+            if by_digest.insert(digest(&e.token), caller).is_some() {
+                return Err(format!("[{i}].token: the same token appears twice"));
+            }
+        }
+        Ok(TokenFile { by_digest })
+    }
+
+    /// Add an identity (the demo mints its own tokens).
+    pub fn insert(&mut self, token: &str, caller: Caller) {
+        self.by_digest.insert(digest(token), caller);
+    }
+}
+
+impl Authenticator for TokenFile {
+    fn authenticate(&self, token: &str) -> Option<Caller> {
+        self.by_digest.get(&digest(token)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_map_to_principals() {
+        let f = TokenFile::parse(
+            "- {token: aaaaaaaaaaaaaaaaaaaa, principal: 'system:serviceaccount:team-a:fixer'}\n- {token: bbbbbbbbbbbbbbbbbbbb, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}\n",
+        )
+        .expect("parsed");
+        let fixer = f.authenticate("aaaaaaaaaaaaaaaaaaaa").expect("fixer");
+        assert_eq!(fixer.name(), "system:serviceaccount:team-a:fixer");
+        assert!(!fixer.approves_in("team-a"));
+        let alice = f.authenticate("bbbbbbbbbbbbbbbbbbbb").expect("alice");
+        assert!(alice.approves_in("team-a") && !alice.approves_in("team-b"));
+        assert!(f.authenticate("nope").is_none());
+    }
+
+    #[test]
+    fn bad_files_say_where() {
+        let e = TokenFile::parse("- {token: short, principal: x}").expect_err("short");
+        assert!(e.starts_with("[0].token:"), "{e}");
+        let e = TokenFile::parse("- {token: aaaaaaaaaaaaaaaaaaaa, principal: x, admin: true}")
+            .expect_err("unknown field");
+        assert!(e.contains("admin"), "{e}");
+    }
+}

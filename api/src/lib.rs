@@ -1,0 +1,11 @@
+//! The `toolgate.v1` gRPC service, written once over a [`Backend`]: the embedded runtime and the
+//! operator each implement the backend; authentication, error mapping, reflection and health
+//! live here.
+
+pub mod auth;
+pub mod error;
+pub mod service;
+
+pub use auth::{Authenticator, Caller, TokenFile};
+pub use error::ApiError;
+pub use service::{Backend, BoxStream, serve};

@@ -1,0 +1,219 @@
+//! The tonic service: authenticate, hand the request to the backend, map errors to statuses.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+use toolgate_proto::v1::toolgate_server::{Toolgate, ToolgateServer};
+use toolgate_proto::v1::{
+    ApproveCallRequest, ArtifactChunk, Call, CallEvent, CancelCallRequest, DenyCallRequest,
+    ExplainCallRequest, Explanation, GetArtifactRequest, GetCallRequest, GetToolViewRequest,
+    ListCallsRequest, ListCallsResponse, ProposeCallRequest, ToolView, WatchCallRequest,
+};
+
+use crate::auth::{Authenticator, Caller};
+use crate::error::ApiError;
+
+/// A stream of results, boxed.
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, ApiError>> + Send + 'static>>;
+
+/// What serves the API: the embedded store or the Kubernetes API. Every method gets the
+/// authenticated caller; the backend decides what that caller may see and do.
+#[tonic::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The caller's tool view.
+    async fn view(&self, caller: &Caller, req: GetToolViewRequest) -> Result<ToolView, ApiError>;
+    /// Propose a call as the caller.
+    async fn propose(&self, caller: &Caller, req: ProposeCallRequest) -> Result<Call, ApiError>;
+    /// One call.
+    async fn get(&self, caller: &Caller, id: &str) -> Result<Call, ApiError>;
+    /// Calls the caller may see.
+    async fn list(
+        &self,
+        caller: &Caller,
+        req: ListCallsRequest,
+    ) -> Result<ListCallsResponse, ApiError>;
+    /// The call's events, past then live, until it ends.
+    async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<CallEvent>, ApiError>;
+    /// Cancel a call.
+    async fn cancel(&self, caller: &Caller, req: CancelCallRequest) -> Result<Call, ApiError>;
+    /// Approve a call as the caller.
+    async fn approve(&self, caller: &Caller, req: ApproveCallRequest) -> Result<Call, ApiError>;
+    /// Deny a call as the caller.
+    async fn deny(&self, caller: &Caller, req: DenyCallRequest) -> Result<Call, ApiError>;
+    /// The whole trace of a call.
+    async fn explain(&self, caller: &Caller, id: &str) -> Result<Explanation, ApiError>;
+    /// An artifact's content.
+    async fn artifact(
+        &self,
+        caller: &Caller,
+        req: GetArtifactRequest,
+    ) -> Result<BoxStream<ArtifactChunk>, ApiError>;
+}
+
+/// The gRPC service over a backend.
+pub struct Service<B> {
+    backend: Arc<B>,
+    auth: Arc<dyn Authenticator>,
+}
+
+impl<B: Backend> Service<B> {
+    /// A service.
+    pub fn new(backend: Arc<B>, auth: Arc<dyn Authenticator>) -> Self {
+        Service { backend, auth }
+    }
+
+    fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        let header = req
+            .metadata()
+            .get("authorization")
+            .ok_or_else(|| {
+                ApiError::Unauthenticated(
+                    "no credentials: send `authorization: Bearer <token>`".into(),
+                )
+            })?
+            .to_str()
+            .map_err(|_| ApiError::Unauthenticated("authorization: not ASCII".into()))?;
+        let token = header.strip_prefix("Bearer ").ok_or_else(|| {
+            ApiError::Unauthenticated("authorization: expected `Bearer <token>`".into())
+        })?;
+        self.auth.authenticate(token.trim()).ok_or_else(|| {
+            Status::from(ApiError::Unauthenticated(
+                "the bearer token is not known".into(),
+            ))
+        })
+    }
+}
+
+fn stream<T: Send + 'static>(
+    s: BoxStream<T>,
+) -> Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>> {
+    Box::pin(s.map(|r| r.map_err(Status::from)))
+}
+
+#[tonic::async_trait]
+impl<B: Backend> Toolgate for Service<B> {
+    async fn get_tool_view(
+        &self,
+        req: Request<GetToolViewRequest>,
+    ) -> Result<Response<ToolView>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.view(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    async fn propose_call(
+        &self,
+        req: Request<ProposeCallRequest>,
+    ) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.propose(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    async fn get_call(&self, req: Request<GetCallRequest>) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.get(&caller, &req.into_inner().id).await?,
+        ))
+    }
+
+    async fn list_calls(
+        &self,
+        req: Request<ListCallsRequest>,
+    ) -> Result<Response<ListCallsResponse>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.list(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    type WatchCallStream = Pin<Box<dyn Stream<Item = Result<CallEvent, Status>> + Send + 'static>>;
+
+    async fn watch_call(
+        &self,
+        req: Request<WatchCallRequest>,
+    ) -> Result<Response<Self::WatchCallStream>, Status> {
+        let caller = self.caller(&req)?;
+        let s = self.backend.watch(&caller, &req.into_inner().id).await?;
+        Ok(Response::new(stream(s)))
+    }
+
+    async fn cancel_call(&self, req: Request<CancelCallRequest>) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.cancel(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    async fn approve_call(
+        &self,
+        req: Request<ApproveCallRequest>,
+    ) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.approve(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    async fn deny_call(&self, req: Request<DenyCallRequest>) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.deny(&caller, req.into_inner()).await?,
+        ))
+    }
+
+    async fn explain_call(
+        &self,
+        req: Request<ExplainCallRequest>,
+    ) -> Result<Response<Explanation>, Status> {
+        let caller = self.caller(&req)?;
+        Ok(Response::new(
+            self.backend.explain(&caller, &req.into_inner().id).await?,
+        ))
+    }
+
+    type GetArtifactStream =
+        Pin<Box<dyn Stream<Item = Result<ArtifactChunk, Status>> + Send + 'static>>;
+
+    async fn get_artifact(
+        &self,
+        req: Request<GetArtifactRequest>,
+    ) -> Result<Response<Self::GetArtifactStream>, Status> {
+        let caller = self.caller(&req)?;
+        let s = self.backend.artifact(&caller, req.into_inner()).await?;
+        Ok(Response::new(stream(s)))
+    }
+}
+
+/// Serve the API, gRPC reflection and `grpc.health.v1` on `listener` until `shutdown` resolves.
+pub async fn serve<B: Backend>(
+    backend: Arc<B>,
+    auth: Arc<dyn Authenticator>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ApiError> {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<ToolgateServer<Service<B>>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(toolgate_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ApiError::Internal(format!("reflection: {e}")))?;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(ToolgateServer::new(Service::new(backend, auth)))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .map_err(|e| ApiError::Internal(format!("gRPC server: {e}")))
+}

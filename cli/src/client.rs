@@ -1,0 +1,458 @@
+//! The command-line client of the gRPC API: `call`, `get`, `list`, `watch`, `approve`, `deny`,
+//! `cancel`, `explain`, `artifact`, and `view` against a running server.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use futures::StreamExt;
+use tonic::transport::Channel;
+use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
+
+/// How to reach the server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Conn {
+    /// The server (`toolgate local` prints it).
+    #[arg(
+        long,
+        env = "TOOLGATE_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
+    pub server: String,
+    /// Bearer token (from the server's tokens file).
+    #[arg(long, env = "TOOLGATE_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+}
+
+/// A connected client.
+pub struct Client {
+    inner: ToolgateClient<Channel>,
+    token: String,
+}
+
+impl Client {
+    /// Connect.
+    pub async fn connect(server: &str, token: &str) -> anyhow::Result<Client> {
+        let channel = Channel::from_shared(server.to_string())
+            .with_context(|| format!("--server {server}: not a URL"))?
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {server}"))?;
+        Ok(Client {
+            inner: ToolgateClient::new(channel),
+            token: token.to_string(),
+        })
+    }
+
+    /// Connect with the command line's options.
+    pub async fn from_conn(conn: &Conn) -> anyhow::Result<Client> {
+        let token = conn
+            .token
+            .as_deref()
+            .context("no token: pass --token or set TOOLGATE_TOKEN")?;
+        Client::connect(&conn.server, token).await
+    }
+
+    /// A request with the bearer token.
+    pub fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Ok(v) = format!("Bearer {}", self.token).parse() {
+            r.metadata_mut().insert("authorization", v);
+        }
+        r
+    }
+
+    /// The generated client.
+    pub fn api(&mut self) -> &mut ToolgateClient<Channel> {
+        &mut self.inner
+    }
+
+    /// GetToolView.
+    pub async fn view(
+        &mut self,
+        req: pb::GetToolViewRequest,
+    ) -> Result<pb::ToolView, tonic::Status> {
+        let r = self.req(req);
+        Ok(self.inner.get_tool_view(r).await?.into_inner())
+    }
+
+    /// ProposeCall.
+    pub async fn propose(
+        &mut self,
+        req: pb::ProposeCallRequest,
+    ) -> Result<pb::Call, tonic::Status> {
+        let r = self.req(req);
+        Ok(self.inner.propose_call(r).await?.into_inner())
+    }
+
+    /// GetCall.
+    pub async fn get(&mut self, id: &str) -> Result<pb::Call, tonic::Status> {
+        let r = self.req(pb::GetCallRequest { id: id.into() });
+        Ok(self.inner.get_call(r).await?.into_inner())
+    }
+
+    /// WatchCall, calling `each` on every event until the call ends.
+    pub async fn watch(
+        &mut self,
+        id: &str,
+        mut each: impl FnMut(&pb::CallEvent),
+    ) -> Result<Vec<pb::CallEvent>, tonic::Status> {
+        let r = self.req(pb::WatchCallRequest { id: id.into() });
+        let mut stream = self.inner.watch_call(r).await?.into_inner();
+        let mut all = Vec::new();
+        while let Some(e) = stream.next().await {
+            let e = e?;
+            each(&e);
+            all.push(e);
+        }
+        Ok(all)
+    }
+
+    /// ApproveCall bound to what GetCall showed.
+    pub async fn approve(
+        &mut self,
+        call: &pb::Call,
+        for_session: bool,
+        ttl: u32,
+        comment: &str,
+    ) -> Result<pb::Call, tonic::Status> {
+        let r = self.req(pb::ApproveCallRequest {
+            id: call.id.clone(),
+            args_digest: call.args_digest.clone(),
+            tool_digest: call.tool_digest.clone(),
+            for_session,
+            ttl_seconds: ttl,
+            comment: comment.into(),
+        });
+        Ok(self.inner.approve_call(r).await?.into_inner())
+    }
+
+    /// ExplainCall.
+    pub async fn explain(&mut self, id: &str) -> Result<pb::Explanation, tonic::Status> {
+        let r = self.req(pb::ExplainCallRequest { id: id.into() });
+        Ok(self.inner.explain_call(r).await?.into_inner())
+    }
+
+    /// GetArtifact, whole.
+    pub async fn artifact(
+        &mut self,
+        call: &str,
+        artifact: &str,
+    ) -> Result<(Vec<u8>, String), tonic::Status> {
+        let r = self.req(pb::GetArtifactRequest {
+            call_id: call.into(),
+            artifact_id: artifact.into(),
+        });
+        let mut stream = self.inner.get_artifact(r).await?.into_inner();
+        let mut data = Vec::new();
+        let mut hash = String::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if hash.is_empty() {
+                hash = chunk.content_hash;
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok((data, hash))
+    }
+}
+
+/// One line per event, as `watch` and `call --watch` print them.
+pub fn event_line(e: &pb::CallEvent) -> String {
+    let mark = match e.status.as_str() {
+        "True" => "✓",
+        "False" => "✗",
+        _ => "·",
+    };
+    format!("  {mark} {:<18} {:<20} {}", e.r#type, e.reason, e.message)
+}
+
+/// A call in a few lines.
+pub fn call_summary(c: &pb::Call) -> String {
+    let mut s = format!(
+        "{}  {}  {}  phase={} decision={} risk={}",
+        c.id, c.tool, c.principal, c.phase, c.decision, c.risk_tier
+    );
+    if !c.output_preview.is_empty() {
+        s.push_str(&format!(
+            "\n  preview: {}",
+            c.output_preview.trim_end().replace('\n', "\n           ")
+        ));
+    }
+    for a in &c.artifacts {
+        s.push_str(&format!(
+            "\n  artifact {} {} ({} bytes, {})",
+            a.artifact_id, a.uri, a.size_bytes, a.content_hash
+        ));
+    }
+    s
+}
+
+/// Client commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Propose a call.
+    Call {
+        /// The tool (name from the view).
+        tool: String,
+        /// Args as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// The action type (`read`, `write`, `external_send`, …).
+        #[arg(long)]
+        action: String,
+        /// The current task, in words.
+        #[arg(long)]
+        task: String,
+        /// The user's goal (default: the task).
+        #[arg(long)]
+        goal: Option<String>,
+        /// Why this call (default: the task).
+        #[arg(long)]
+        rationale: Option<String>,
+        /// Namespace (default: the caller's service-account namespace).
+        #[arg(long, default_value = "")]
+        namespace: String,
+        /// Idempotency key.
+        #[arg(long, default_value = "")]
+        idempotency_key: String,
+        /// Ask for a dry run.
+        #[arg(long)]
+        dry_run: bool,
+        /// Follow the call through its chain until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Show a call.
+    Get {
+        /// Call id.
+        id: String,
+        /// Print the whole call as JSON.
+        #[arg(short = 'o', long)]
+        json: bool,
+    },
+    /// List calls.
+    List {
+        /// Only this phase.
+        #[arg(long, default_value = "")]
+        phase: String,
+        /// Only this tool.
+        #[arg(long, default_value = "")]
+        tool: String,
+    },
+    /// Follow a call's events until it ends.
+    Watch {
+        /// Call id.
+        id: String,
+    },
+    /// Approve a call, bound to the args and tool version shown.
+    Approve {
+        /// Call id.
+        id: String,
+        /// Approve the session, not only this call.
+        #[arg(long)]
+        session: bool,
+        /// Seconds the approval stays valid.
+        #[arg(long, default_value_t = 900)]
+        ttl: u32,
+        /// A note.
+        #[arg(long, default_value = "")]
+        comment: String,
+    },
+    /// Deny a call.
+    Deny {
+        /// Call id.
+        id: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        comment: String,
+    },
+    /// Cancel a call.
+    Cancel {
+        /// Call id.
+        id: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Explain a call: view, decision, approval, sandbox, credential (by name), events.
+    Explain {
+        /// Call id.
+        id: String,
+    },
+    /// Fetch an artifact's content to stdout (or a file).
+    Artifact {
+        /// Call id.
+        call: String,
+        /// Artifact id (`stdout`).
+        artifact: String,
+        /// Write here instead of stdout.
+        #[arg(short = 'o', long)]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    let (code, field) = toolgate_api::error::status_code_and_field(&s);
+    let mut msg = format!("{:?}: {}", s.code(), s.message());
+    if !code.is_empty() {
+        msg.push_str(&format!(" [{code}]"));
+    }
+    if let Some(f) = field {
+        msg.push_str(&format!(" (field {f})"));
+    }
+    anyhow::anyhow!(msg)
+}
+
+/// Run a client command.
+pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let mut c = Client::from_conn(conn).await?;
+        match cmd {
+            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch } => {
+                let call = c
+                    .propose(pb::ProposeCallRequest {
+                        namespace,
+                        tool,
+                        tool_digest: String::new(),
+                        args_json: args,
+                        intent: Some(pb::Intent {
+                            user_goal: goal.unwrap_or_else(|| task.clone()),
+                            rationale_summary: rationale.unwrap_or_else(|| task.clone()),
+                            current_task: task,
+                            action_type: action,
+                            evidence_refs: vec![],
+                        }),
+                        idempotency_key,
+                        dry_run,
+                        session_id: String::new(),
+                    })
+                    .await
+                    .map_err(status_error)?;
+                println!("{}", call_summary(&call));
+                if watch {
+                    c.watch(&call.id, |e| println!("{}", event_line(e))).await.map_err(status_error)?;
+                    let end = c.get(&call.id).await.map_err(status_error)?;
+                    println!("{}", call_summary(&end));
+                    return Ok(if end.phase == "Succeeded" { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                }
+            }
+            ClientCommand::Get { id, json } => {
+                let call = c.get(&id).await.map_err(status_error)?;
+                if json {
+                    let status: serde_json::Value = serde_json::from_str(&call.status_json).unwrap_or_default();
+                    println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                        "id": call.id, "namespace": call.namespace, "tool": call.tool, "toolDigest": call.tool_digest,
+                        "principal": call.principal, "argsDigest": call.args_digest, "args": serde_json::from_str::<serde_json::Value>(&call.args_json).unwrap_or_default(),
+                        "status": status,
+                    }))?);
+                } else {
+                    println!("{}", call_summary(&call));
+                    for cond in &call.conditions {
+                        println!("  {:<18} {:<6} {:<20} {}", cond.r#type, cond.status, cond.reason, cond.message);
+                    }
+                }
+            }
+            ClientCommand::List { phase, tool } => {
+                let mut token = String::new();
+                loop {
+                    let r = c.req(pb::ListCallsRequest { phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
+                    let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
+                    for call in &page.calls {
+                        println!("{:<32} {:<22} {:<18} {:<16} {}", call.id, call.tool, call.phase, call.decision, call.principal);
+                    }
+                    if page.next_page_token.is_empty() { break; }
+                    token = page.next_page_token;
+                }
+            }
+            ClientCommand::Watch { id } => {
+                c.watch(&id, |e| println!("{}", event_line(e))).await.map_err(status_error)?;
+            }
+            ClientCommand::Approve { id, session, ttl, comment } => {
+                let call = c.get(&id).await.map_err(status_error)?;
+                println!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
+                println!("  args: {}", call.args_json);
+                let call = c.approve(&call, session, ttl, &comment).await.map_err(status_error)?;
+                println!("{}", call_summary(&call));
+            }
+            ClientCommand::Deny { id, comment } => {
+                let r = c.req(pb::DenyCallRequest { id, comment });
+                let call = c.api().deny_call(r).await.map_err(status_error)?.into_inner();
+                println!("{}", call_summary(&call));
+            }
+            ClientCommand::Cancel { id, reason } => {
+                let r = c.req(pb::CancelCallRequest { id, reason });
+                let call = c.api().cancel_call(r).await.map_err(status_error)?.into_inner();
+                println!("{}", call_summary(&call));
+            }
+            ClientCommand::Explain { id } => {
+                let x = c.explain(&id).await.map_err(status_error)?;
+                print!("{}", explanation_text(&x));
+            }
+            ClientCommand::Artifact { call, artifact, out } => {
+                let (data, hash) = c.artifact(&call, &artifact).await.map_err(status_error)?;
+                let got = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&data)));
+                if !hash.is_empty() && got != hash {
+                    anyhow::bail!("artifact content hash {got} does not match the recorded {hash}");
+                }
+                match out {
+                    Some(p) => std::fs::write(&p, &data).with_context(|| format!("writing {}", p.display()))?,
+                    None => std::io::Write::write_all(&mut std::io::stdout(), &data)?,
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// An explanation as text.
+pub fn explanation_text(x: &pb::Explanation) -> String {
+    let mut s = String::new();
+    if let Some(c) = &x.call {
+        s.push_str(&format!("call {} — {} by {}\n", c.id, c.tool, c.principal));
+        s.push_str(&format!(
+            "  tool version {}\n  args digest  {}\n",
+            c.tool_digest, c.args_digest
+        ));
+        s.push_str(&format!(
+            "  decision: {} (risk {})\n",
+            c.decision, c.risk_tier
+        ));
+        for r in &c.reasons {
+            s.push_str(&format!("    - {} [{}]\n", r.message, r.code));
+        }
+    }
+    if let Some(v) = &x.view {
+        s.push_str("  what the model could see for this intent:\n");
+        for t in &v.exposed {
+            s.push_str(&format!("    + {:<22} {}\n", t.name, t.reason));
+        }
+        for h in &v.hidden {
+            s.push_str(&format!("    - {:<22} {} [{}]\n", h.name, h.reason, h.code));
+        }
+    }
+    if !x.approval.is_empty() {
+        s.push_str(&format!("  approval: {} by {}\n", x.approval, x.approver));
+    }
+    if !x.sandbox_policy.is_empty() {
+        s.push_str(&format!("  sandbox policy: {}\n", x.sandbox_policy));
+    }
+    if !x.credential_binding.is_empty() {
+        s.push_str(&format!(
+            "  credential binding: {} (value never shown)\n",
+            x.credential_binding
+        ));
+    }
+    if !x.effects_json.is_empty() {
+        s.push_str(&format!("  observed effects: {}\n", x.effects_json));
+    }
+    s.push_str("  events:\n");
+    for e in &x.events {
+        s.push_str(&format!("  {} {}\n", e.time, event_line(e).trim_start()));
+    }
+    s
+}

@@ -1,0 +1,492 @@
+//! The gRPC API over the embedded runtime.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use tokio::io::AsyncReadExt;
+use toolgate_api::{ApiError, Backend, BoxStream, Caller};
+use toolgate_core::call_state::{is_terminal, phase_name};
+use toolgate_core::principal::Principal;
+use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
+use toolgate_proto::v1 as pb;
+
+use crate::runtime::{Runtime, parse_action_type};
+use crate::store::{CallRecord, EventRecord};
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+/// A record as the API returns it.
+pub fn call_message(rec: &CallRecord) -> pb::Call {
+    let s = &rec.status;
+    let auth = s.authorization.as_ref();
+    let result = s.result.as_ref();
+    pb::Call {
+        id: rec.id.clone(),
+        namespace: rec.namespace.clone(),
+        tool: rec.spec.tool_ref.name.clone(),
+        tool_digest: s
+            .tool_digest
+            .clone()
+            .or_else(|| rec.spec.tool_ref.digest.clone())
+            .unwrap_or_default(),
+        principal: rec.spec.principal.clone(),
+        phase: phase_name(s.phase).into(),
+        decision: auth
+            .map(|a| match a.decision {
+                toolgate_crds::DecisionOutcome::Allow => "allow",
+                toolgate_crds::DecisionOutcome::RequireApproval => "requireApproval",
+                toolgate_crds::DecisionOutcome::Deny => "deny",
+            })
+            .unwrap_or_default()
+            .into(),
+        reasons: auth
+            .map(|a| {
+                a.reasons
+                    .iter()
+                    .map(|r| pb::Reason {
+                        code: r.code.clone(),
+                        message: r.message.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        args_digest: s.args_digest.clone().unwrap_or_default(),
+        risk_tier: auth.map(|a| a.risk_tier.to_string()).unwrap_or_default(),
+        conditions: s
+            .conditions
+            .iter()
+            .map(|c| pb::Condition {
+                r#type: c.type_.clone(),
+                status: format!("{:?}", c.status),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c.last_transition_time.to_string(),
+            })
+            .collect(),
+        output_preview: result
+            .and_then(|r| r.output_preview.clone())
+            .unwrap_or_default(),
+        artifacts: result
+            .map(|r| {
+                r.artifacts
+                    .iter()
+                    .map(|a| pb::Artifact {
+                        artifact_id: a.artifact_id.clone(),
+                        kind: serde_json::to_value(a.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(String::from))
+                            .unwrap_or_default(),
+                        uri: a.uri.clone(),
+                        content_hash: a.content_hash.clone(),
+                        size_bytes: a.size_bytes,
+                        event_id: a.event_id.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        created_at: rec.created_at.to_string(),
+        args_json: rec.spec.args.to_string(),
+        status_json: serde_json::to_string(&rec.status).unwrap_or_default(),
+        idempotency_key: rec.spec.idempotency_key.clone().unwrap_or_default(),
+        dry_run: rec.spec.dry_run,
+        exit_code: result.and_then(|r| r.exit_code),
+    }
+}
+
+/// An event as the API returns it.
+pub fn event_message(e: &EventRecord) -> pb::CallEvent {
+    pb::CallEvent {
+        call_id: e.call_id.clone(),
+        sequence: e.sequence,
+        event_id: e.event_id.clone(),
+        r#type: e.kind.clone(),
+        status: e.status.clone(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        time: e.time.clone(),
+        phase: e.phase.clone(),
+        terminal: e.terminal,
+    }
+}
+
+fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
+    match pb::ViewFormat::try_from(f) {
+        Ok(pb::ViewFormat::Unspecified | pb::ViewFormat::Canonical) => Ok(ViewFormat::Canonical),
+        Ok(pb::ViewFormat::Openai) => Ok(ViewFormat::OpenAi),
+        Ok(pb::ViewFormat::Anthropic) => Ok(ViewFormat::Anthropic),
+        Ok(pb::ViewFormat::Mcp) => Ok(ViewFormat::Mcp),
+        Err(_) => Err(ApiError::field(
+            "format",
+            format!("expected a ViewFormat (0-4), got {f}"),
+        )),
+    }
+}
+
+impl Runtime {
+    /// The tool view of `principal` for an intent.
+    pub fn view_for(
+        &self,
+        namespace: &str,
+        principal: &Principal,
+        req: &pb::GetToolViewRequest,
+    ) -> Result<pb::ToolView, ApiError> {
+        let format = view_format(req.format)?;
+        let max_tools = match req.max_tools {
+            0 => 8,
+            n @ 1..=256 => n as usize,
+            n => {
+                return Err(ApiError::field(
+                    "max_tools",
+                    format!("expected 1 to 256, got {n}"),
+                ));
+            }
+        };
+        let action_type = if req.action_type.is_empty() {
+            None
+        } else {
+            Some(parse_action_type(&req.action_type).map_err(|_| {
+                ApiError::field(
+                    "action_type",
+                    format!(
+                        "expected an action type such as read or write, got {:?}",
+                        req.action_type
+                    ),
+                )
+            })?)
+        };
+        let loaded = self.loaded();
+        let failures = BTreeMap::new();
+        let view = compile_view(
+            &loaded.registry,
+            &ViewRequest {
+                namespace,
+                principal,
+                intent: &req.intent,
+                action_type,
+                domains: &[],
+                max_tools,
+                recent_failures: &failures,
+                explain: req.explain,
+                now: Timestamp::now(),
+            },
+        );
+        Ok(pb::ToolView {
+            exposed: view
+                .exposed
+                .iter()
+                .map(|t| pb::ExposedTool {
+                    name: t.name.clone(),
+                    provider_name: t.provider_name.clone(),
+                    digest: t.digest.clone(),
+                    risk_tier: t.tier.to_string(),
+                    needs_approval: t.approval == ApprovalHint::Required,
+                    reason: t.reason.clone(),
+                    grant: t.grant.clone(),
+                })
+                .collect(),
+            hidden: view
+                .hidden
+                .iter()
+                .map(|h| pb::HiddenTool {
+                    name: h.name.clone(),
+                    code: h.code.into(),
+                    reason: h.reason.clone(),
+                })
+                .collect(),
+            payload_json: view.render(format).to_string(),
+            not_ranked: u32::try_from(view.not_ranked).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+fn caller_namespace(caller: &Caller, requested: &str) -> Result<String, ApiError> {
+    if !requested.is_empty() {
+        return Ok(requested.into());
+    }
+    caller
+        .principal
+        .service_account()
+        .map(|(ns, _)| ns.to_string())
+        .ok_or_else(|| {
+            ApiError::field(
+                "namespace",
+                "expected a namespace for a caller that is not a service account",
+            )
+        })
+}
+
+#[tonic::async_trait]
+impl Backend for Runtime {
+    async fn view(
+        &self,
+        caller: &Caller,
+        req: pb::GetToolViewRequest,
+    ) -> Result<pb::ToolView, ApiError> {
+        let ns = caller_namespace(caller, &req.namespace)?;
+        self.view_for(&ns, &caller.principal, &req)
+    }
+
+    async fn propose(
+        &self,
+        caller: &Caller,
+        req: pb::ProposeCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        Ok(call_message(&Runtime::propose(self, caller, req).await?))
+    }
+
+    async fn get(&self, caller: &Caller, id: &str) -> Result<pb::Call, ApiError> {
+        Ok(call_message(&Runtime::get(self, caller, id)?))
+    }
+
+    async fn list(
+        &self,
+        caller: &Caller,
+        req: pb::ListCallsRequest,
+    ) -> Result<pb::ListCallsResponse, ApiError> {
+        let size = match req.page_size {
+            0 => 50,
+            n @ 1..=500 => n as usize,
+            n => {
+                return Err(ApiError::field(
+                    "page_size",
+                    format!("expected 1 to 500, got {n}"),
+                ));
+            }
+        };
+        let after = (!req.page_token.is_empty()).then_some(req.page_token.as_str());
+        let page = self
+            .store()
+            .scan(after, size + 1, |r| {
+                (r.spec.principal == caller.name() || caller.approves_in(&r.namespace))
+                    && (req.phase.is_empty() || phase_name(r.status.phase) == req.phase)
+                    && (req.tool.is_empty() || r.spec.tool_ref.name == req.tool)
+                    && (req.principal.is_empty() || r.spec.principal == req.principal)
+            })
+            .map_err(internal)?;
+        let more = page.len() > size;
+        let calls: Vec<pb::Call> = page.iter().take(size).map(call_message).collect();
+        Ok(pb::ListCallsResponse {
+            next_page_token: if more {
+                calls.last().map(|c| c.id.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            },
+            calls,
+        })
+    }
+
+    async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<pb::CallEvent>, ApiError> {
+        // Subscribe before reading the past, so no event falls between the two.
+        let mut live = self.subscribe();
+        let rec = Runtime::get(self, caller, id)?;
+        let past = self.store().events(id, 0).map_err(internal)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let id = rec.id.clone();
+        let done_already =
+            is_terminal(rec.status.phase) && past.last().is_some_and(|e| e.sequence >= rec.events);
+        tokio::spawn(async move {
+            let mut last = 0;
+            for e in &past {
+                last = e.sequence;
+                if tx.send(Ok(event_message(e))).await.is_err() {
+                    return;
+                }
+            }
+            if done_already || past.last().is_some_and(|e| e.terminal) {
+                return;
+            }
+            loop {
+                match live.recv().await {
+                    Ok(e) if e.call_id == id && e.sequence > last => {
+                        last = e.sequence;
+                        let end = e.terminal;
+                        if tx.send(Ok(event_message(&e))).await.is_err() || end {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let _ = tx
+                            .send(Err(ApiError::Internal(
+                                "the watcher fell behind; watch again to resume from the log"
+                                    .into(),
+                            )))
+                            .await;
+                        return;
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+    }
+
+    async fn cancel(
+        &self,
+        caller: &Caller,
+        req: pb::CancelCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        Ok(call_message(
+            &Runtime::cancel(self, caller, &req.id, &req.reason).await?,
+        ))
+    }
+
+    async fn approve(
+        &self,
+        caller: &Caller,
+        req: pb::ApproveCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        let rec = self
+            .decide_approval(
+                caller,
+                &req.id,
+                Some((
+                    &req.args_digest,
+                    &req.tool_digest,
+                    req.for_session,
+                    req.ttl_seconds,
+                )),
+                &req.comment,
+            )
+            .await?;
+        Ok(call_message(&rec))
+    }
+
+    async fn deny(&self, caller: &Caller, req: pb::DenyCallRequest) -> Result<pb::Call, ApiError> {
+        Ok(call_message(
+            &self
+                .decide_approval(caller, &req.id, None, &req.comment)
+                .await?,
+        ))
+    }
+
+    async fn explain(&self, caller: &Caller, id: &str) -> Result<pb::Explanation, ApiError> {
+        let rec = Runtime::get(self, caller, id)?;
+        let events = self.store().events(id, 0).map_err(internal)?;
+        let principal = Principal::new(rec.spec.principal.clone()).with_groups(rec.groups.clone());
+        let view = self.view_for(
+            &rec.namespace,
+            &principal,
+            &pb::GetToolViewRequest {
+                namespace: rec.namespace.clone(),
+                intent: format!(
+                    "{} {}",
+                    rec.spec.intent.user_goal, rec.spec.intent.current_task
+                ),
+                format: pb::ViewFormat::Canonical as i32,
+                max_tools: 8,
+                action_type: String::new(),
+                explain: true,
+            },
+        )?;
+        let runtime = rec.status.runtime.as_ref();
+        let result = rec.status.result.as_ref();
+        Ok(pb::Explanation {
+            call: Some(call_message(&rec)),
+            view: Some(view),
+            events: events.iter().map(event_message).collect(),
+            approval: rec
+                .approval
+                .as_ref()
+                .map(|a| a.name.clone())
+                .unwrap_or_default(),
+            approver: rec
+                .approval
+                .as_ref()
+                .map(|a| a.spec.approver.clone())
+                .unwrap_or_default(),
+            sandbox_policy: runtime
+                .and_then(|r| r.sandbox_policy_ref.as_ref().map(|r| r.name.clone()))
+                .unwrap_or_default(),
+            credential_binding: runtime
+                .and_then(|r| r.credential_binding_ref.as_ref().map(|r| r.name.clone()))
+                .unwrap_or_default(),
+            sandbox_json: rec
+                .sandbox
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            effects_json: result
+                .and_then(|r| r.effects_observed.as_ref())
+                .and_then(|e| serde_json::to_string(e).ok())
+                .unwrap_or_default(),
+            verifier_json: result
+                .and_then(|r| r.verifier.as_ref())
+                .and_then(|v| serde_json::to_string(v).ok())
+                .unwrap_or_default(),
+        })
+    }
+
+    async fn artifact(
+        &self,
+        caller: &Caller,
+        req: pb::GetArtifactRequest,
+    ) -> Result<BoxStream<pb::ArtifactChunk>, ApiError> {
+        let rec = Runtime::get(self, caller, &req.call_id)?;
+        let not_found = || ApiError::NotFound {
+            what: format!("artifact {:?} of call {}", req.artifact_id, rec.id),
+        };
+        let artifact = rec
+            .status
+            .result
+            .as_ref()
+            .and_then(|r| {
+                r.artifacts
+                    .iter()
+                    .find(|a| a.artifact_id == req.artifact_id)
+            })
+            .ok_or_else(not_found)?
+            .clone();
+        let root =
+            std::fs::canonicalize(self.inner.config.data.join("artifacts")).map_err(internal)?;
+        let path = artifact
+            .uri
+            .strip_prefix("file://")
+            .map(std::path::PathBuf::from)
+            .ok_or_else(|| internal(format!("artifact {} is not a local file", artifact.uri)))?;
+        let path = std::fs::canonicalize(&path).map_err(|_| not_found())?;
+        if !path.starts_with(&root) {
+            return Err(internal("artifact outside the artifact store"));
+        }
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|_| not_found())?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut first = true;
+            loop {
+                let mut buf = vec![0u8; 64 * 1024];
+                match file.read(&mut buf).await {
+                    Ok(0) if !first => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        let chunk = pb::ArtifactChunk {
+                            data: buf,
+                            content_hash: if first {
+                                artifact.content_hash.clone()
+                            } else {
+                                String::new()
+                            },
+                            size_bytes: if first { artifact.size_bytes } else { 0 },
+                        };
+                        first = false;
+                        let end = n == 0;
+                        if tx.send(Ok(chunk)).await.is_err() || end {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx
+                            .send(Err(internal(format!("reading the artifact: {e}"))))
+                            .await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+    }
+}

@@ -1,0 +1,173 @@
+//! Manifests from files and folders: read every YAML document, lint them as one set the way the
+//! API server and toolgate would, and build the registry the runtime decides with.
+
+use std::path::{Path, PathBuf};
+
+use toolgate_core::lint::{Finding, LintReport, Linter, Severity, parse_yaml};
+use toolgate_core::manifest::{Origin, RawManifest};
+
+/// Errors building the linter (a bug in the generated schemas, never input).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LinterError(String);
+
+/// A linter over the generated CRD schemas.
+pub fn linter() -> Result<Linter, LinterError> {
+    let crds = toolgate_crds::all_crds();
+    let schemas: Vec<(String, serde_json::Value)> = crds
+        .iter()
+        .map(|crd| {
+            let schema = toolgate_crds::openapi_schema(crd)
+                .ok_or_else(|| LinterError(format!("CRD {:?} has no schema", crd.metadata.name)))?;
+            Ok((crd.spec.names.kind.clone(), schema))
+        })
+        .collect::<Result<_, LinterError>>()?;
+    Linter::new(schemas.iter().map(|(k, s)| (k.as_str(), s)))
+        .map_err(|e| LinterError(e.to_string()))
+}
+
+/// Every `.yaml`/`.yml` file under the paths, in a stable order. A missing path is a finding.
+pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut stack = vec![p.clone()];
+            while let Some(dir) = stack.pop() {
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        findings.push(io_finding(&dir, format!("cannot read folder: {e}")));
+                        continue;
+                    }
+                };
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if is_yaml(&path) {
+                        files.push(path);
+                    }
+                }
+            }
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            findings.push(io_finding(p, "no such file or folder".into()));
+        }
+    }
+    files.sort();
+    // The same file named twice (a folder and a file in it) is read once.
+    let mut seen = std::collections::BTreeSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
+    files
+}
+
+fn is_yaml(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+fn io_finding(p: &Path, message: String) -> Finding {
+    Finding {
+        severity: Severity::Error,
+        origin: Origin {
+            source: p.display().to_string(),
+            document: 0,
+        },
+        object: None,
+        path: String::new(),
+        code: "io",
+        message,
+    }
+}
+
+/// Read and parse every manifest under the paths.
+pub fn load(paths: &[PathBuf]) -> (Vec<RawManifest>, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let mut docs = Vec::new();
+    for file in collect_files(paths, &mut findings) {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let (d, f) = parse_yaml(&file.display().to_string(), &text);
+                docs.extend(d);
+                findings.extend(f);
+            }
+            Err(e) => findings.push(io_finding(&file, format!("cannot read: {e}"))),
+        }
+    }
+    (docs, findings)
+}
+
+/// Lint the manifests under the paths as one set.
+pub fn lint_paths(linter: &Linter, paths: &[PathBuf], now: jiff::Timestamp) -> LintReport {
+    let (docs, mut load_findings) = load(paths);
+    let mut report = linter.lint(docs, now);
+    load_findings.append(&mut report.findings);
+    report.findings = load_findings;
+    report
+}
+
+/// The manifests of a folder, linted and registered.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The typed objects.
+    pub objects: toolgate_core::manifest::ObjectSet,
+    /// Tools and grants, indexed.
+    pub registry: toolgate_core::registry::Registry,
+    /// What the folder looked like when read ([`fingerprint`]).
+    pub fingerprint: String,
+    /// Warnings, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Lint a folder and register what it holds. Every error is returned, one line each; a single
+/// error refuses the whole folder (a half-loaded policy is worse than the previous one).
+pub fn load_folder(
+    linter: &Linter,
+    dir: &Path,
+    now: jiff::Timestamp,
+) -> Result<Loaded, Vec<String>> {
+    let fingerprint = fingerprint(dir);
+    let report = lint_paths(linter, &[dir.to_path_buf()], now);
+    let errors: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(ToString::to_string)
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let warnings = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Error)
+        .map(ToString::to_string)
+        .collect();
+    let registry = toolgate_core::registry::Registry::from_objects(&report.objects);
+    Ok(Loaded {
+        objects: report.objects,
+        registry,
+        fingerprint,
+        warnings,
+    })
+}
+
+/// A digest of the YAML files under a folder: names, sizes and modification times. Cheap enough
+/// to poll every second; a change means "read the folder again".
+pub fn fingerprint(dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut ignored = Vec::new();
+    let mut h = Sha256::new();
+    for f in collect_files(&[dir.to_path_buf()], &mut ignored) {
+        h.update(f.display().to_string().as_bytes());
+        if let Ok(m) = std::fs::metadata(&f) {
+            h.update(m.len().to_le_bytes());
+            if let Ok(t) = m.modified()
+                && let Ok(d) = t.duration_since(std::time::UNIX_EPOCH)
+            {
+                h.update(d.as_nanos().to_le_bytes());
+            }
+        }
+    }
+    hex::encode(h.finalize())
+}

@@ -1,0 +1,304 @@
+//! The durable call store.
+//!
+//! Why redb: pure Rust (no C toolchain, nothing to install for the README's first command),
+//! ACID transactions with a durable commit per write (a call accepted is on disk before the
+//! caller hears about it), one file, and readers that never block the writer. SQLite would do as
+//! well; we do not need SQL, and redb keeps the build lean.
+//!
+//! Each call's events are also appended to `calls/<namespace>/<id>/events.jsonl` beside the
+//! store, the local audit log a person can `tail -f`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, TableDefinition};
+use serde::{Deserialize, Serialize};
+use toolgate_crds::{ToolApprovalSpec, ToolCallSpec, ToolCallStatus};
+
+const CALLS: TableDefinition<&str, &[u8]> = TableDefinition::new("calls");
+const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
+const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempotency");
+
+/// One call as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRecord {
+    /// Call id (its name).
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// The spec, as proposed (principal from authentication, digest pinned).
+    pub spec: ToolCallSpec,
+    /// The status, as on a ToolCall object.
+    pub status: ToolCallStatus,
+    /// When it was accepted.
+    pub created_at: jiff::Timestamp,
+    /// The principal's groups at proposal time (grants may name groups).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// The approval that binds it, if any.
+    #[serde(default)]
+    pub approval: Option<ApprovalRecord>,
+    /// How its sandbox was resolved (plan and enforcement), once prepared.
+    #[serde(default)]
+    pub sandbox: Option<serde_json::Value>,
+    /// Events recorded so far.
+    pub events: u64,
+    /// Times execution started.
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+/// An approval given through the API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// Name of the approval.
+    pub name: String,
+    /// The contract.
+    pub spec: ToolApprovalSpec,
+    /// Whether an allowOnce approval was used by a run.
+    #[serde(default)]
+    pub consumed: bool,
+}
+
+/// One event of a call's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    /// Call id.
+    pub call_id: String,
+    /// Position from 1.
+    pub sequence: u64,
+    /// `<call>/<sequence>`; artifacts name the event that produced them.
+    pub event_id: String,
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// True, False, Unknown.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message (never a credential).
+    pub message: String,
+    /// RFC 3339.
+    pub time: String,
+    /// Phase after the event.
+    pub phase: String,
+    /// The call ended with it.
+    pub terminal: bool,
+}
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("call store {path}: {message}")]
+    Db {
+        /// The file.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// A record could not be (de)serialized.
+    #[error("call store record {id}: {source}")]
+    Record {
+        /// The record.
+        id: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The event log could not be written.
+    #[error("event log {path}: {source}")]
+    Log {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The store.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+    logs: PathBuf,
+}
+
+impl Store {
+    /// Open (or create) the store under a data folder.
+    pub fn open(data: &Path) -> Result<Store, StoreError> {
+        let path = data.join("toolgate.redb");
+        let db_err = |message: String| StoreError::Db {
+            path: path.display().to_string(),
+            message,
+        };
+        std::fs::create_dir_all(data).map_err(|e| db_err(e.to_string()))?;
+        let db = Database::create(&path).map_err(|e| db_err(e.to_string()))?;
+        let tx = db.begin_write().map_err(|e| db_err(e.to_string()))?;
+        {
+            tx.open_table(CALLS).map_err(|e| db_err(e.to_string()))?;
+            tx.open_table(EVENTS).map_err(|e| db_err(e.to_string()))?;
+            tx.open_table(IDEMPOTENCY)
+                .map_err(|e| db_err(e.to_string()))?;
+        }
+        tx.commit().map_err(|e| db_err(e.to_string()))?;
+        Ok(Store {
+            db,
+            logs: data.join("calls"),
+            path,
+        })
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Db {
+            path: self.path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Write a call and, in the same transaction, its new events and idempotency key. Durable
+    /// when this returns.
+    pub fn save(
+        &self,
+        record: &CallRecord,
+        events: &[EventRecord],
+        idempotency: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(record).map_err(|source| StoreError::Record {
+            id: record.id.clone(),
+            source,
+        })?;
+        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut calls = tx.open_table(CALLS).map_err(|e| self.err(e))?;
+            calls
+                .insert(record.id.as_str(), bytes.as_slice())
+                .map_err(|e| self.err(e))?;
+            let mut table = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
+            for ev in events {
+                let b = serde_json::to_vec(ev).map_err(|source| StoreError::Record {
+                    id: ev.event_id.clone(),
+                    source,
+                })?;
+                table
+                    .insert((ev.call_id.as_str(), ev.sequence), b.as_slice())
+                    .map_err(|e| self.err(e))?;
+            }
+            if let Some(key) = idempotency {
+                let mut idem = tx.open_table(IDEMPOTENCY).map_err(|e| self.err(e))?;
+                idem.insert(key, record.id.as_str())
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        self.append_log(record, events)
+    }
+
+    fn append_log(&self, record: &CallRecord, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let dir = self.logs.join(&record.namespace).join(&record.id);
+        let path = dir.join("events.jsonl");
+        let log_err = |source| StoreError::Log {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(log_err)?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(log_err)?;
+        let mut buf = Vec::new();
+        for ev in events {
+            serde_json::to_writer(&mut buf, ev).map_err(|source| StoreError::Record {
+                id: ev.event_id.clone(),
+                source,
+            })?;
+            buf.push(b'\n');
+        }
+        f.write_all(&buf).map_err(log_err)
+    }
+
+    /// A call.
+    pub fn get(&self, id: &str) -> Result<Option<CallRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let calls = tx.open_table(CALLS).map_err(|e| self.err(e))?;
+        let Some(v) = calls.get(id).map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(v.value())
+            .map(Some)
+            .map_err(|source| StoreError::Record {
+                id: id.into(),
+                source,
+            })
+    }
+
+    /// The call an idempotency key names.
+    pub fn by_idempotency_key(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let idem = tx.open_table(IDEMPOTENCY).map_err(|e| self.err(e))?;
+        Ok(idem
+            .get(key)
+            .map_err(|e| self.err(e))?
+            .map(|v| v.value().to_string()))
+    }
+
+    /// Calls after `after` (exclusive) in id order, those `keep` accepts, at most `limit`.
+    pub fn scan(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&CallRecord) -> bool,
+    ) -> Result<Vec<CallRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let calls = tx.open_table(CALLS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        let range = match after {
+            Some(a) => {
+                calls.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+            }
+            None => calls.range::<&str>(..),
+        }
+        .map_err(|e| self.err(e))?;
+        for item in range {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let record: CallRecord =
+                serde_json::from_slice(v.value()).map_err(|source| StoreError::Record {
+                    id: k.value().to_string(),
+                    source,
+                })?;
+            if keep(&record) {
+                out.push(record);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A call's events with sequence above `after`.
+    pub fn events(&self, id: &str, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in table
+            .range((id, after.saturating_add(1))..=(id, u64::MAX))
+            .map_err(|e| self.err(e))?
+        {
+            let (_, v) = item.map_err(|e| self.err(e))?;
+            out.push(
+                serde_json::from_slice(v.value()).map_err(|source| StoreError::Record {
+                    id: id.into(),
+                    source,
+                })?,
+            );
+        }
+        Ok(out)
+    }
+}
