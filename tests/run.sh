@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README). Installs and starts the real servers the suites need, then runs
 # every test of the workspace:
+#   - bubblewrap (the local sandbox), with apt, through scripts/install-deps.sh;
 #   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
 #   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
@@ -28,6 +29,8 @@ if ! command -v etcd >/dev/null; then
     log "etcd is missing: install Debian's etcd-server (or put an etcd 3.4+ binary on PATH)"; exit 1
   fi
 fi
+
+scripts/install-deps.sh   # bubblewrap: the sandbox suites and the embedded runtime need it
 
 CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"

@@ -47,12 +47,13 @@ pub fn kind_of(path: &Path) -> Kind {
     }
 }
 
-/// The arguments before `--` and the command. `seccomp_fds` are descriptors the child inherits.
-/// `host_of` maps a path inside the sandbox to the host path behind it, to see what a hidden path
-/// is; `kind` inspects a host path (tests pass their own).
+/// The arguments before `--` and the command. `seccomp_fds` are descriptors the child inherits;
+/// `empty_file` is an empty regular file bound read-only over hidden files (reads see nothing,
+/// tools do not fail on them); `kind` inspects a host path (tests pass their own).
 pub fn arguments(
     plan: &SandboxPlan,
     seccomp_fds: &[i32],
+    empty_file: &Path,
     kind: &dyn Fn(&Path) -> Kind,
 ) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
@@ -104,7 +105,7 @@ pub fn arguments(
     for inside in &plan.hidden {
         match kind(&host_behind(plan, inside)) {
             Kind::Dir => push(&[&"--tmpfs", inside, &"--remount-ro", inside]),
-            Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind", &"/dev/null", inside]),
+            Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind", &empty_file, inside]),
             Kind::Missing => {}
         }
     }
@@ -183,16 +184,31 @@ mod tests {
 
     #[test]
     fn no_network_unless_open() {
-        let a = joined(&arguments(&plan(Network::None), &[7], &fake_kind));
+        let a = joined(&arguments(
+            &plan(Network::None),
+            &[7],
+            Path::new("/e"),
+            &fake_kind,
+        ));
         assert!(a.starts_with("--unshare-all --unshare-user --disable-userns"));
         assert!(!a.contains("--share-net"));
-        let a = joined(&arguments(&plan(Network::Host), &[], &fake_kind));
+        let a = joined(&arguments(
+            &plan(Network::Host),
+            &[],
+            Path::new("/e"),
+            &fake_kind,
+        ));
         assert!(a.contains("--share-net"));
     }
 
     #[test]
     fn binds_roots_in_order_and_hides_blocked_paths() {
-        let a = joined(&arguments(&plan(Network::None), &[7, 8], &fake_kind));
+        let a = joined(&arguments(
+            &plan(Network::None),
+            &[7, 8],
+            Path::new("/e"),
+            &fake_kind,
+        ));
         assert!(a.contains("--ro-bind /usr /usr --symlink usr/bin /bin"));
         let ro = a
             .find("--ro-bind-try /srv/ws /workspace")
@@ -200,9 +216,7 @@ mod tests {
         let rw = a
             .find("--bind-try /srv/ws/out /workspace/out")
             .expect("write root");
-        let env = a
-            .find("--ro-bind /dev/null /workspace/.env")
-            .expect(".env hidden");
+        let env = a.find("--ro-bind /e /workspace/.env").expect(".env hidden");
         let git = a
             .find("--tmpfs /workspace/.git --remount-ro /workspace/.git")
             .expect(".git hidden");

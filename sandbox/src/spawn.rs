@@ -61,6 +61,7 @@ pub struct SandboxedCommand {
     /// How the limits are enforced.
     pub enforcement: Enforcement,
     _filters: Vec<File>,
+    _empty: tempfile::NamedTempFile,
     cgroups: Vec<PathBuf>,
 }
 
@@ -127,6 +128,10 @@ pub fn prepare(
             source,
         })?;
     let fds: Vec<i32> = filters.iter().map(AsRawFd::as_raw_fd).collect();
+    let empty = tempfile::NamedTempFile::new().map_err(|source| SpawnError::Io {
+        what: "creating the empty file hidden paths show".into(),
+        source,
+    })?;
 
     static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let label: String = label
@@ -195,7 +200,7 @@ pub fn prepare(
 
     let mut command = Command::new(bwrap);
     command
-        .args(arguments(plan, &fds, &kind_of))
+        .args(arguments(plan, &fds, empty.path(), &kind_of))
         .arg("--")
         .arg(program)
         .args(args)
@@ -241,6 +246,7 @@ pub fn prepare(
         command,
         enforcement,
         _filters: filters.into_iter().chain(_keep).collect(),
+        _empty: empty,
         cgroups,
     })
 }

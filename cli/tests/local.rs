@@ -1,0 +1,1069 @@
+//! End-to-end tests of `toolgate local`: the real binary as a server process, real sandboxes,
+//! and nothing but the generated gRPC client to talk to it.
+
+use std::io::BufRead;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tonic::transport::Channel;
+use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
+
+const AGENT: &str = "agent-token-0123456789abcdef";
+const REVIEWER: &str = "reviewer-token-0123456789abcdef";
+const OTHER: &str = "other-agent-token-0123456789abcdef";
+const CANARY: &str = "canary-credential-5d1e77b2";
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn write_private(path: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .expect("private file");
+    std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+}
+
+/// A descriptor for the tests, in the examples' namespace.
+fn test_tool(name: &str, argv: &str, idempotent: bool, approval: &str, summary: &str) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {{name: {name}, namespace: team-a}}
+spec:
+  canonicalName: {name}
+  version: "1.0.0"
+  source: {{type: cli, packageName: coreutils}}
+  description:
+    summary: {summary}
+    useWhen: ["testing toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {{actionTypes: [execute], domains: [test]}}
+  schemas:
+    inputSchema:
+      type: object
+      additionalProperties: false
+      properties:
+        seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
+        msg: {{type: string, maxLength: 64}}
+  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: {idempotent}, reversible: true, dryRunSupported: false}}
+  risk: {{level: low, destructive: false, openWorld: false}}
+  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
+  sandboxPolicyRef: {{name: read-only}}
+  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
+  execution: {{adapter: cli, argv: {argv}, timeoutMs: 15000}}
+  provenance: {{trustLevel: first_party}}
+"#
+    )
+}
+
+const TEST_GRANT: &str = r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {name: test-tools, namespace: team-a}
+spec:
+  subjects:
+  - {kind: ServiceAccount, name: fixer, namespace: team-a}
+  tools: {names: [test.sleep, test.sleep-idempotent, test.gated, test.echo]}
+  scopes: ["workspace:read"]
+  reason: end-to-end tests
+"#;
+
+/// A folder with manifests (the examples' policies and tools plus test tools), a workspace,
+/// tokens and secrets.
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let m = root.join("manifests");
+    std::fs::create_dir_all(m.join("tools")).expect("manifests");
+    for f in [
+        "grants.yaml",
+        "sandbox-policies.yaml",
+        "credential-bindings.yaml",
+    ] {
+        std::fs::copy(examples().join(f), m.join(f)).expect("copy");
+    }
+    for entry in std::fs::read_dir(examples().join("tools")).expect("tools") {
+        let p = entry.expect("entry").path();
+        std::fs::copy(&p, m.join("tools").join(p.file_name().expect("name"))).expect("copy tool");
+    }
+    std::fs::write(m.join("test-grant.yaml"), TEST_GRANT).expect("grant");
+    std::fs::write(
+        m.join("tools/test-sleep.yaml"),
+        test_tool(
+            "test.sleep",
+            "[sleep, \"{{seconds}}\"]",
+            false,
+            "never",
+            "Sleep for a while.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-sleep-idempotent.yaml"),
+        test_tool(
+            "test.sleep-idempotent",
+            "[sleep, \"{{seconds}}\"]",
+            true,
+            "never",
+            "Sleep, safely repeatable.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-gated.yaml"),
+        test_tool(
+            "test.gated",
+            "[echo, \"{{msg}}\"]",
+            false,
+            "always",
+            "Echo a message after approval.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-echo.yaml"),
+        test_tool(
+            "test.echo",
+            "[echo, \"{{msg}}\"]",
+            true,
+            "never",
+            "Echo a message.",
+        ),
+    )
+    .expect("tool");
+    let ws = root.join("workspace");
+    std::fs::create_dir_all(ws.join("src")).expect("ws");
+    std::fs::write(ws.join("src/a.ts"), "export const a = 1;\n").expect("src");
+    std::fs::write(ws.join(".env"), format!("TOKEN={CANARY}\n")).expect(".env");
+    write_private(
+        &root.join("tokens.yaml"),
+        &format!(
+            "- {{token: {AGENT}, principal: \"system:serviceaccount:team-a:fixer\"}}\n\
+             - {{token: {OTHER}, principal: \"system:serviceaccount:team-a:other\"}}\n\
+             - {{token: {REVIEWER}, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}}\n"
+        ),
+    );
+    write_private(
+        &root.join("secrets.yaml"),
+        &format!("secret/team-a/github-issues-bot: {{token: {CANARY}}}\n"),
+    );
+    dir
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(root: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("local")
+            .arg("--manifests")
+            .arg(root.join("manifests"))
+            .arg("--data")
+            .arg(root.join("data"))
+            .arg("--workspace")
+            .arg(root.join("workspace"))
+            .arg("--tokens")
+            .arg(root.join("tokens.yaml"))
+            .arg("--secrets")
+            .arg(root.join("secrets.yaml"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("toolgate local starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("first line");
+        let addr = line
+            .split("serving toolgate.v1 on ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn client(&self) -> ToolgateClient<Channel> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        ToolgateClient::new(channel)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn req<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("header"),
+    );
+    r
+}
+
+fn propose(tool: &str, args: serde_json::Value, action: &str) -> pb::ProposeCallRequest {
+    pb::ProposeCallRequest {
+        namespace: String::new(),
+        tool: tool.into(),
+        tool_digest: String::new(),
+        args_json: args.to_string(),
+        intent: Some(pb::Intent {
+            user_goal: "test toolgate".into(),
+            current_task: format!("call {tool}"),
+            action_type: action.into(),
+            rationale_summary: "end-to-end test".into(),
+            evidence_refs: vec![],
+        }),
+        idempotency_key: String::new(),
+        dry_run: false,
+        session_id: String::new(),
+    }
+}
+
+async fn get(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Call {
+    c.get_call(req(AGENT, pb::GetCallRequest { id: id.into() }))
+        .await
+        .expect("get")
+        .into_inner()
+}
+
+async fn wait_phase(c: &mut ToolgateClient<Channel>, id: &str, phases: &[&str]) -> pb::Call {
+    let start = Instant::now();
+    loop {
+        let call = get(c, id).await;
+        if phases.contains(&call.phase.as_str()) {
+            return call;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "call {id} stuck in {} waiting for {phases:?}: {:#?}",
+            call.phase,
+            call.conditions
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn watch(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> Vec<pb::CallEvent> {
+    let mut s = c
+        .watch_call(req(token, pb::WatchCallRequest { id: id.into() }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut all = Vec::new();
+    while let Some(e) = s.next().await {
+        all.push(e.expect("event"));
+    }
+    all
+}
+
+fn code_of(s: &tonic::Status) -> String {
+    toolgate_api::error::status_code_and_field(s).0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("file.read", serde_json::json!({"path": "src/a.ts"}), "read"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert_eq!(call.principal, "system:serviceaccount:team-a:fixer");
+    assert!(
+        call.tool_digest.starts_with("sha256:"),
+        "the version is pinned"
+    );
+    let events = watch(&mut c, AGENT, &call.id).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ToolCallRequested",
+            "ArgsValidated",
+            "PolicyChecked",
+            "SandboxPrepared",
+            "CredentialsBound",
+            "Started",
+            "Finished",
+            "ResultValidated",
+            "ArtifactPersisted",
+            "StateUpdated"
+        ]
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    assert!(events.last().expect("last").terminal);
+    let done = get(&mut c, &call.id).await;
+    assert_eq!(done.phase, "Succeeded");
+    assert_eq!(done.output_preview, "export const a = 1;\n");
+    let stdout = done
+        .artifacts
+        .iter()
+        .find(|a| a.artifact_id == "stdout")
+        .expect("stdout artifact");
+    assert!(
+        stdout.event_id.starts_with(&done.id),
+        "the artifact names its call and event"
+    );
+    // The artifact streams back, and its hash is the recorded one.
+    let mut s = c
+        .get_artifact(req(
+            AGENT,
+            pb::GetArtifactRequest {
+                call_id: done.id.clone(),
+                artifact_id: "stdout".into(),
+            },
+        ))
+        .await
+        .expect("artifact")
+        .into_inner();
+    let mut data = Vec::new();
+    let mut hash = String::new();
+    while let Some(chunk) = s.next().await {
+        let chunk = chunk.expect("chunk");
+        if hash.is_empty() {
+            hash = chunk.content_hash.clone();
+        }
+        data.extend(chunk.data);
+    }
+    use sha2::Digest;
+    assert_eq!(
+        hash,
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(&data)))
+    );
+    assert_eq!(data, b"export const a = 1;\n");
+    // The event log on disk tells the same story.
+    let log = std::fs::read_to_string(
+        dir.path()
+            .join("data/calls/team-a")
+            .join(&done.id)
+            .join("events.jsonl"),
+    )
+    .expect("log");
+    assert_eq!(log.lines().count(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_paths_stay_hidden_and_credentials_never_reach_the_api() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "code.search",
+                serde_json::json!({"text": "TOKEN", "path": "."}),
+                "search",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    let x = c
+        .explain_call(req(
+            AGENT,
+            pb::ExplainCallRequest {
+                id: call.id.clone(),
+            },
+        ))
+        .await
+        .expect("explain")
+        .into_inner();
+    let everything = format!("{done:?} {x:?}");
+    assert!(!everything.contains(CANARY), "the blocked .env leaked");
+    // grep found nothing: .env is not in the sandbox.
+    assert_eq!(done.exit_code, Some(1), "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auth_failures_are_refused() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let p = propose("file.read", serde_json::json!({"path": "src/a.ts"}), "read");
+    let e = c
+        .propose_call(tonic::Request::new(p.clone()))
+        .await
+        .expect_err("no token");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let e = c
+        .propose_call(req("not-a-known-token-at-all", p.clone()))
+        .await
+        .expect_err("bad token");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let mut bad = tonic::Request::new(p.clone());
+    bad.metadata_mut()
+        .insert("authorization", "Basic abc".parse().expect("h"));
+    assert_eq!(
+        c.propose_call(bad).await.expect_err("basic").code(),
+        tonic::Code::Unauthenticated
+    );
+    // Another agent cannot see, approve or cancel the call.
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("test.gated", serde_json::json!({"msg": "hi"}), "execute"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert_eq!(call.phase, "AwaitingApproval");
+    let e = c
+        .get_call(req(
+            OTHER,
+            pb::GetCallRequest {
+                id: call.id.clone(),
+            },
+        ))
+        .await
+        .expect_err("other");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    let e = c
+        .cancel_call(req(
+            OTHER,
+            pb::CancelCallRequest {
+                id: call.id.clone(),
+                reason: String::new(),
+            },
+        ))
+        .await
+        .expect_err("other cancel");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    // The principal cannot approve its own call; an agent is no approver.
+    let approve = pb::ApproveCallRequest {
+        id: call.id.clone(),
+        args_digest: call.args_digest.clone(),
+        tool_digest: call.tool_digest.clone(),
+        for_session: false,
+        ttl_seconds: 60,
+        comment: String::new(),
+    };
+    let e = c
+        .approve_call(req(AGENT, approve.clone()))
+        .await
+        .expect_err("self approval");
+    assert_eq!(
+        (e.code(), code_of(&e).as_str()),
+        (tonic::Code::PermissionDenied, "approval-self")
+    );
+    // Another agent does not even learn the call exists.
+    let e = c
+        .approve_call(req(OTHER, approve))
+        .await
+        .expect_err("not an approver");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    let listed = c
+        .list_calls(req(OTHER, pb::ListCallsRequest::default()))
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(listed.calls.is_empty(), "others' calls are not listed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_says_what_and_where() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let mut p = propose("file.read", serde_json::json!({}), "read");
+    p.args_json = "[1,2".into();
+    let e = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect_err("bad json");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).1.as_deref(),
+        Some("args_json")
+    );
+    p.args_json = "[1,2]".into();
+    let e = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect_err("not an object");
+    assert!(
+        e.message().starts_with("args_json: expected a JSON object"),
+        "{}",
+        e.message()
+    );
+    let mut p = propose("file.read", serde_json::json!({"path": "a"}), "fly");
+    let e = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect_err("action");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).1.as_deref(),
+        Some("intent.action_type")
+    );
+    p.intent = None;
+    let e = c.propose_call(req(AGENT, p)).await.expect_err("intent");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).1.as_deref(),
+        Some("intent")
+    );
+    // Args that break the tool's schema: the call is recorded and denied before the policy.
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "file.read",
+                serde_json::json!({"path": "/etc/passwd"}),
+                "read",
+            ),
+        ))
+        .await
+        .expect("recorded")
+        .into_inner();
+    assert_eq!(call.phase, "Denied");
+    let args = call
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "ArgsValidated")
+        .expect("ArgsValidated");
+    assert_eq!(
+        (args.status.as_str(), args.reason.as_str()),
+        ("False", "ArgsInvalid")
+    );
+    assert!(args.message.starts_with("/path:"), "{}", args.message);
+    assert!(!call.conditions.iter().any(|c| c.r#type == "Started"));
+    // A tool that does not exist.
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("no.such.tool", serde_json::json!({}), "read"),
+        ))
+        .await
+        .expect("recorded")
+        .into_inner();
+    assert_eq!(call.phase, "Denied");
+    let e = c
+        .list_calls(req(
+            AGENT,
+            pb::ListCallsRequest {
+                page_size: 9999,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect_err("page size");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).1.as_deref(),
+        Some("page_size")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_keys_return_the_same_call() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let mut p = propose("test.echo", serde_json::json!({"msg": "once"}), "execute");
+    p.idempotency_key = "echo-once".into();
+    let a = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect("first")
+        .into_inner();
+    let b = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect("second")
+        .into_inner();
+    assert_eq!(a.id, b.id);
+    wait_phase(&mut c, &a.id, &["Succeeded"]).await;
+    let c2 = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect("after it ran")
+        .into_inner();
+    assert_eq!(c2.id, a.id);
+    p.args_json = serde_json::json!({"msg": "twice"}).to_string();
+    let e = c
+        .propose_call(req(AGENT, p.clone()))
+        .await
+        .expect_err("different args");
+    assert_eq!(
+        (e.code(), code_of(&e).as_str()),
+        (tonic::Code::AlreadyExists, "idempotency-key-reused")
+    );
+    // The same key from another principal is another call.
+    p.args_json = serde_json::json!({"msg": "once"}).to_string();
+    let listed = c
+        .list_calls(req(
+            AGENT,
+            pb::ListCallsRequest {
+                tool: "test.echo".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.calls.len(), 1, "exactly one call ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approvals_bind_to_the_args_and_tool_version_shown() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "test.gated",
+                serde_json::json!({"msg": "approved"}),
+                "execute",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert_eq!(call.phase, "AwaitingApproval");
+    let mut approve = pb::ApproveCallRequest {
+        id: call.id.clone(),
+        args_digest: format!("sha256:{}", "0".repeat(64)),
+        tool_digest: call.tool_digest.clone(),
+        for_session: false,
+        ttl_seconds: 60,
+        comment: String::new(),
+    };
+    let e = c
+        .approve_call(req(REVIEWER, approve.clone()))
+        .await
+        .expect_err("args changed");
+    assert_eq!(
+        (e.code(), code_of(&e).as_str()),
+        (tonic::Code::FailedPrecondition, "approval-args-changed")
+    );
+    approve.args_digest = call.args_digest.clone();
+    approve.tool_digest = format!("sha256:{}", "1".repeat(64));
+    let e = c
+        .approve_call(req(REVIEWER, approve.clone()))
+        .await
+        .expect_err("tool changed");
+    assert_eq!(code_of(&e), "approval-tool-changed");
+    approve.tool_digest = call.tool_digest.clone();
+    let ok = c
+        .approve_call(req(REVIEWER, approve.clone()))
+        .await
+        .expect("approved")
+        .into_inner();
+    assert_eq!(ok.phase, "Authorized");
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert_eq!(done.output_preview, "approved\n");
+    let e = c
+        .approve_call(req(REVIEWER, approve))
+        .await
+        .expect_err("twice");
+    assert_eq!(code_of(&e), "not-awaiting-approval");
+    // A denial ends the call without running it.
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("test.gated", serde_json::json!({"msg": "no"}), "execute"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    let denied = c
+        .deny_call(req(
+            REVIEWER,
+            pb::DenyCallRequest {
+                id: call.id.clone(),
+                comment: "not now".into(),
+            },
+        ))
+        .await
+        .expect("denied")
+        .into_inner();
+    assert_eq!(denied.phase, "Denied");
+    assert!(!denied.conditions.iter().any(|c| c.r#type == "Started"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_descriptor_voids_the_pending_approval() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("test.gated", serde_json::json!({"msg": "x"}), "execute"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert_eq!(call.phase, "AwaitingApproval");
+    let path = dir.path().join("manifests/tools/test-gated.yaml");
+    let text = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(
+        &path,
+        text.replace(
+            "Echo a message after approval.",
+            "Echo a message after an approval.",
+        ),
+    )
+    .expect("rewrite");
+    let ended = wait_phase(&mut c, &call.id, &["Denied"]).await;
+    let cond = ended
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "ApprovalRequested")
+        .expect("condition");
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("False", "ToolChanged")
+    );
+    let e = c
+        .approve_call(req(
+            REVIEWER,
+            pb::ApproveCallRequest {
+                id: call.id.clone(),
+                args_digest: call.args_digest.clone(),
+                tool_digest: call.tool_digest.clone(),
+                for_session: false,
+                ttl_seconds: 60,
+                comment: String::new(),
+            },
+        ))
+        .await
+        .expect_err("voided");
+    assert_eq!(code_of(&e), "not-awaiting-approval");
+    // A manifest change that does not lint keeps the previous manifests.
+    std::fs::write(
+        dir.path().join("manifests/broken.yaml"),
+        "kind: ToolGrant\napiVersion: toolgate.dev/v1alpha1\nmetadata: {name: x}\nspec: {}\n",
+    )
+    .expect("broken");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose("test.echo", serde_json::json!({"msg": "still"}), "execute"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert_eq!(
+        wait_phase(&mut c, &call.id, &["Succeeded", "Failed"])
+            .await
+            .phase,
+        "Succeeded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_stops_a_running_sandbox_and_a_waiting_call() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "test.sleep",
+                serde_json::json!({"seconds": "30"}),
+                "execute",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    wait_phase(&mut c, &call.id, &["Running"]).await;
+    let started = Instant::now();
+    c.cancel_call(req(
+        AGENT,
+        pb::CancelCallRequest {
+            id: call.id.clone(),
+            reason: "changed my mind".into(),
+        },
+    ))
+    .await
+    .expect("cancel");
+    let done = wait_phase(&mut c, &call.id, &["Cancelled"]).await;
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(done.conditions.iter().any(|c| c.r#type == "Cancelled"));
+    let e = c
+        .cancel_call(req(
+            AGENT,
+            pb::CancelCallRequest {
+                id: call.id.clone(),
+                reason: String::new(),
+            },
+        ))
+        .await
+        .expect_err("ended");
+    assert_eq!(code_of(&e), "call-ended");
+    let waiting = c
+        .propose_call(req(
+            AGENT,
+            propose("test.gated", serde_json::json!({"msg": "x"}), "execute"),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    let cancelled = c
+        .cancel_call(req(
+            REVIEWER,
+            pb::CancelCallRequest {
+                id: waiting.id.clone(),
+                reason: String::new(),
+            },
+        ))
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(cancelled.phase, "Cancelled");
+    // The watch of an ended call replays its events and ends.
+    let events = watch(&mut c, AGENT, &waiting.id).await;
+    assert_eq!(events.last().map(|e| e.r#type.as_str()), Some("Cancelled"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_loses_no_call_and_never_runs_a_non_idempotent_call_twice() {
+    let dir = setup();
+    let mut server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let once = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "test.sleep",
+                serde_json::json!({"seconds": "30"}),
+                "execute",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    let again = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "test.sleep-idempotent",
+                serde_json::json!({"seconds": "1"}),
+                "execute",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    let waiting = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "test.gated",
+                serde_json::json!({"msg": "survived"}),
+                "execute",
+            ),
+        ))
+        .await
+        .expect("proposed")
+        .into_inner();
+    wait_phase(&mut c, &once.id, &["Running"]).await;
+    wait_phase(&mut c, &again.id, &["Running"]).await;
+    server.kill9();
+    // The sandboxes die with their parent: nothing of the old process runs on.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let leftovers = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("{}/data/run/{}", dir.path().display(), once.id),
+        ])
+        .output()
+        .expect("pgrep");
+    assert!(
+        leftovers.stdout.is_empty(),
+        "sandbox outlived the runtime: {}",
+        String::from_utf8_lossy(&leftovers.stdout)
+    );
+
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let failed = get(&mut c, &once.id).await;
+    assert_eq!(failed.phase, "Failed");
+    let fin = failed
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "Finished")
+        .expect("Finished");
+    assert_eq!(fin.reason, "Interrupted");
+    let retried = wait_phase(&mut c, &again.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(retried.phase, "Succeeded", "{:#?}", retried.conditions);
+    let status: serde_json::Value = serde_json::from_str(&retried.status_json).expect("status");
+    assert_eq!(status["phase"], "Succeeded");
+    let w = get(&mut c, &waiting.id).await;
+    assert_eq!(w.phase, "AwaitingApproval", "pending approvals survive");
+    c.approve_call(req(
+        REVIEWER,
+        pb::ApproveCallRequest {
+            id: w.id.clone(),
+            args_digest: w.args_digest.clone(),
+            tool_digest: w.tool_digest.clone(),
+            for_session: false,
+            ttl_seconds: 60,
+            comment: String::new(),
+        },
+    ))
+    .await
+    .expect("approve after restart");
+    assert_eq!(
+        wait_phase(&mut c, &w.id, &["Succeeded", "Failed"])
+            .await
+            .output_preview,
+        "survived\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn views_come_in_provider_formats_and_the_server_speaks_health() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let v = c
+        .get_tool_view(req(
+            AGENT,
+            pb::GetToolViewRequest {
+                namespace: String::new(),
+                intent: "read a source file".into(),
+                format: pb::ViewFormat::Openai as i32,
+                max_tools: 3,
+                action_type: "read".into(),
+                explain: true,
+            },
+        ))
+        .await
+        .expect("view")
+        .into_inner();
+    assert!(v.exposed.iter().any(|t| t.name == "file.read"));
+    let payload: serde_json::Value = serde_json::from_str(&v.payload_json).expect("json");
+    assert_eq!(payload[0]["type"], "function");
+    assert!(
+        !v.payload_json.contains("digest"),
+        "provider payloads carry no internal fields"
+    );
+    let e = c
+        .get_tool_view(req(
+            AGENT,
+            pb::GetToolViewRequest {
+                format: 9,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect_err("format");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).1.as_deref(),
+        Some("format")
+    );
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "toolgate.v1.Toolgate".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(
+        h.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
+
+#[test]
+fn the_demo_plays_the_whole_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("demo")
+        .output()
+        .expect("demo runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "── 2. An allowed read",
+        "ArgsInvalid",
+        "AwaitingApproval",
+        "approval-self",
+        "ApprovalGranted    Approved",
+        "the request carried the brokered token: true",
+        "matches the record",
+        "credential binding: github-issues-bot (value never shown)",
+        "The credential value appeared in 0 of",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn local_refuses_to_start_on_bad_manifests_and_lists_every_error() {
+    let dir = setup();
+    std::fs::write(dir.path().join("manifests/bad.yaml"), "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {name: a, namespace: team-a}\nspec: {subjects: []}\n---\napiVersion: toolgate.dev/v1alpha1\nkind: Nope\nmetadata: {name: b}\n").expect("bad");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("local")
+        .arg("--manifests")
+        .arg(dir.path().join("manifests"))
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .arg("--workspace")
+        .arg(dir.path().join("workspace"))
+        .arg("--tokens")
+        .arg(dir.path().join("tokens.yaml"))
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml") && err.contains("error(s)"),
+        "{err}"
+    );
+    assert!(
+        err.lines().filter(|l| l.contains("bad.yaml")).count() >= 2,
+        "{err}"
+    );
+}
