@@ -142,3 +142,25 @@ mod tests {
         assert!(e.contains("admin"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text as a tokens file: a clear error or a token map, never a panic.
+        #[test]
+        fn token_files_never_panic(text in "\\PC{0,200}") {
+            let _ = TokenFile::parse(&text);
+        }
+
+        /// Tokens that were not issued do not authenticate.
+        #[test]
+        fn unknown_tokens_fail(token in "\\PC{0,64}") {
+            let f = TokenFile::parse("- {token: aaaaaaaaaaaaaaaaaaaa, principal: x}").expect("file");
+            prop_assume!(token != "aaaaaaaaaaaaaaaaaaaa");
+            prop_assert!(f.authenticate(&token).is_none());
+        }
+    }
+}

@@ -406,3 +406,27 @@ mod tests {
         assert_eq!(plan.network, Network::Host);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a policy names as a root, resolution never panics, and a relative root never
+        /// maps outside the workspace on the host or outside /workspace inside.
+        #[test]
+        fn relative_roots_stay_in_the_workspace(root in "[a-z./]{0,12}|workspace(/[a-z.]{0,6}){0,3}|\\PC{0,16}") {
+            let ws = Path::new("/srv/ws");
+            match map_path("filesystem.writeRoots[0]", &root, ws) {
+                Ok(b) if !Path::new(&root).is_absolute() => {
+                    prop_assert!(b.host.starts_with(ws), "{root:?} → {}", b.host.display());
+                    prop_assert!(b.inside.starts_with(WORKSPACE_INSIDE));
+                    prop_assert!(!b.host.components().any(|c| c == Component::ParentDir));
+                }
+                Ok(b) => prop_assert_ne!(b.host, PathBuf::from("/")),
+                Err(e) => prop_assert!(e.to_string().starts_with("filesystem.writeRoots[0]:")),
+            }
+        }
+    }
+}

@@ -272,6 +272,13 @@ fn egress_to_a_host_service_fails_with_network_none() {
 #[test]
 fn a_fork_bomb_is_contained() {
     let f = fixture();
+    let probe = prepare(&plan(&f), Path::new("/bin/true"), &[], "probe").expect("prepared");
+    assert!(
+        matches!(probe.enforcement.processes, "cgroup" | "rlimit-nproc"),
+        "this machine cannot limit processes for the sandbox ({:?}): no writable pids cgroup and uid 0",
+        probe.enforcement
+    );
+    drop(probe);
     let o = run(
         &plan(&f),
         "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",

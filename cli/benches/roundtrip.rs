@@ -1,0 +1,222 @@
+//! The governed round trip of a `true` tool through `toolgate local` (ProposeCall → WatchCall
+//! until the result is recorded: decision, sandbox, executor, artifacts, durable store), next to
+//! a bare sandbox spawn of `true` and a plain fork+exec of `true`, in one run, as ratios.
+//! Run: `cargo bench -p toolgate --bench roundtrip`.
+
+use std::ffi::OsString;
+use std::io::BufRead;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+const MANIFESTS: &str = r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {name: bench, namespace: bench}
+spec:
+  mode: read_only
+  filesystem: {cwd: workspace, readRoots: [workspace], writeRoots: []}
+  network: {egress: none}
+  environment: {inheritedEnv: [PATH]}
+  process: {timeoutMs: 5000, maxMemoryMb: 256, maxProcesses: 16, maxStdoutBytes: 65536, maxStderrBytes: 65536}
+  audit: {}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {name: bench.true, namespace: bench}
+spec:
+  canonicalName: bench.true
+  version: "1.0.0"
+  source: {type: cli, packageName: coreutils}
+  description:
+    summary: Do nothing, successfully.
+    useWhen: ["measuring toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {actionTypes: [execute], domains: [bench]}
+  schemas:
+    inputSchema: {type: object, additionalProperties: false, properties: {}}
+  effects: {reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: true, reversible: true, dryRunSupported: false}
+  risk: {level: low, destructive: false, openWorld: false}
+  permissions: {approvalPolicy: never, requiredScopes: []}
+  sandboxPolicyRef: {name: bench}
+  contextPolicy: {exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}
+  execution: {adapter: cli, argv: ["true"], timeoutMs: 5000}
+  provenance: {trustLevel: first_party}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {name: bench, namespace: bench}
+spec:
+  subjects: [{kind: ServiceAccount, name: bench, namespace: bench}]
+  tools: {names: [bench.true]}
+  scopes: []
+  reason: benchmark
+"#;
+
+fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn sample(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..3 {
+        f();
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed());
+    }
+    percentiles(v)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("manifests")).expect("m");
+    std::fs::create_dir_all(root.join("workspace")).expect("w");
+    std::fs::write(root.join("manifests/bench.yaml"), MANIFESTS).expect("manifests");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(root.join("tokens.yaml"))
+        .expect("tokens");
+    std::io::Write::write_all(
+        &mut f,
+        format!("- {{token: {TOKEN}, principal: \"system:serviceaccount:bench:bench\"}}\n")
+            .as_bytes(),
+    )
+    .expect("write");
+
+    // Plain fork+exec.
+    let plain = sample(300, || {
+        Command::new("true").status().expect("true");
+    });
+
+    // A bare sandbox spawn: the same policy's plan, bubblewrap + seccomp + limits, `true`.
+    let first: serde_json::Value =
+        serde_norway::from_str(MANIFESTS.split("\n---\n").next().expect("doc")).expect("yaml");
+    let policy: toolgate_crds::SandboxPolicySpec =
+        serde_json::from_value(first["spec"].clone()).expect("policy parses");
+    let ws = root.join("workspace");
+    let plan = toolgate_sandbox::resolve(
+        &policy,
+        &toolgate_sandbox::plan::Context {
+            workspace: &ws,
+            env: &[("PATH".into(), "/usr/bin:/bin".into())],
+            timeout_ms: None,
+            executor_is_the_only_client: false,
+        },
+    )
+    .expect("plan");
+    let sandboxed = sample(100, || {
+        let args: Vec<OsString> = vec![];
+        let mut p = toolgate_sandbox::prepare(&plan, Path::new("/bin/true"), &args, "bench")
+            .expect("prepare");
+        let status = p.command.status().expect("bwrap");
+        assert!(status.success());
+        p.cleanup();
+    });
+
+    // The governed round trip through the server.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("local")
+        .arg("--manifests")
+        .arg(root.join("manifests"))
+        .arg("--data")
+        .arg(root.join("data"))
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--tokens")
+        .arg(root.join("tokens.yaml"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("toolgate local");
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("line");
+    let addr = line
+        .split("serving toolgate.v1 on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .expect("addr")
+        .to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let mut client = rt
+        .block_on(async { ToolgateClient::connect(format!("http://{addr}")).await })
+        .expect("connect");
+    let mut round_trip = || {
+        rt.block_on(async {
+            let mut r = tonic::Request::new(pb::ProposeCallRequest {
+                tool: "bench.true".into(),
+                args_json: "{}".into(),
+                intent: Some(pb::Intent {
+                    user_goal: "measure".into(),
+                    current_task: "run true".into(),
+                    action_type: "execute".into(),
+                    rationale_summary: "benchmark".into(),
+                    evidence_refs: vec![],
+                }),
+                ..Default::default()
+            });
+            r.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {TOKEN}").parse().expect("h"),
+            );
+            let call = client.propose_call(r).await.expect("propose").into_inner();
+            let mut w = tonic::Request::new(pb::WatchCallRequest {
+                id: call.id.clone(),
+            });
+            w.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {TOKEN}").parse().expect("h"),
+            );
+            let mut s = client.watch_call(w).await.expect("watch").into_inner();
+            let mut last = None;
+            while let Some(e) = s.next().await {
+                last = Some(e.expect("event"));
+            }
+            assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+        })
+    };
+    let governed = sample(60, &mut round_trip);
+    let _ = server.kill();
+    let _ = server.wait();
+
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!("`true`, p50 / p99 over one run:");
+    println!(
+        "  plain fork+exec              {:>9.2?} / {:>9.2?}",
+        plain.0, plain.1
+    );
+    println!(
+        "  bare sandbox spawn (bwrap)   {:>9.2?} / {:>9.2?}   {:.1}x plain",
+        sandboxed.0,
+        sandboxed.1,
+        ratio(sandboxed.0, plain.0)
+    );
+    println!(
+        "  governed round trip          {:>9.2?} / {:>9.2?}   {:.1}x plain, {:.1}x the bare sandbox",
+        governed.0,
+        governed.1,
+        ratio(governed.0, plain.0),
+        ratio(governed.0, sandboxed.0)
+    );
+}
