@@ -284,6 +284,31 @@ async fn watch(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> Vec<pb
     all
 }
 
+/// Propose a call as the agent; it must be accepted (decided, maybe denied).
+async fn submit(
+    c: &mut ToolgateClient<Channel>,
+    tool: &str,
+    args: serde_json::Value,
+    action: &str,
+) -> pb::Call {
+    c.propose_call(req(AGENT, propose(tool, args, action)))
+        .await
+        .expect("proposed")
+        .into_inner()
+}
+
+/// An approval of what `call` shows.
+fn approval_of(call: &pb::Call) -> pb::ApproveCallRequest {
+    pb::ApproveCallRequest {
+        id: call.id.clone(),
+        args_digest: call.args_digest.clone(),
+        tool_digest: call.tool_digest.clone(),
+        for_session: false,
+        ttl_seconds: 60,
+        comment: String::new(),
+    }
+}
+
 fn code_of(s: &tonic::Status) -> String {
     toolgate_api::error::status_code_and_field(s).0
 }
@@ -293,14 +318,13 @@ async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain
     let dir = setup();
     let server = Server::start(dir.path());
     let mut c = server.client().await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("file.read", serde_json::json!({"path": "src/a.ts"}), "read"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "file.read",
+        serde_json::json!({"path": "src/a.ts"}),
+        "read",
+    )
+    .await;
     assert_eq!(call.principal, "system:serviceaccount:team-a:fixer");
     assert!(
         call.tool_digest.starts_with("sha256:"),
@@ -381,18 +405,13 @@ async fn blocked_paths_stay_hidden_and_credentials_never_reach_the_api() {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut c = server.client().await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "code.search",
-                serde_json::json!({"text": "TOKEN", "path": "."}),
-                "search",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "code.search",
+        serde_json::json!({"text": "TOKEN", "path": "."}),
+        "search",
+    )
+    .await;
     let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
     let x = c
         .explain_call(req(
@@ -434,14 +453,13 @@ async fn auth_failures_are_refused() {
         tonic::Code::Unauthenticated
     );
     // Another agent cannot see, approve or cancel the call.
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("test.gated", serde_json::json!({"msg": "hi"}), "execute"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "hi"}),
+        "execute",
+    )
+    .await;
     assert_eq!(call.phase, "AwaitingApproval");
     let e = c
         .get_call(req(
@@ -465,14 +483,7 @@ async fn auth_failures_are_refused() {
         .expect_err("other cancel");
     assert_eq!(e.code(), tonic::Code::NotFound);
     // The principal cannot approve its own call; an agent is no approver.
-    let approve = pb::ApproveCallRequest {
-        id: call.id.clone(),
-        args_digest: call.args_digest.clone(),
-        tool_digest: call.tool_digest.clone(),
-        for_session: false,
-        ttl_seconds: 60,
-        comment: String::new(),
-    };
+    let approve = approval_of(&call);
     let e = c
         .approve_call(req(AGENT, approve.clone()))
         .await
@@ -537,18 +548,13 @@ async fn bad_input_says_what_and_where() {
         Some("intent")
     );
     // Args that break the tool's schema: the call is recorded and denied before the policy.
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "file.read",
-                serde_json::json!({"path": "/etc/passwd"}),
-                "read",
-            ),
-        ))
-        .await
-        .expect("recorded")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "file.read",
+        serde_json::json!({"path": "/etc/passwd"}),
+        "read",
+    )
+    .await;
     assert_eq!(call.phase, "Denied");
     let args = call
         .conditions
@@ -562,14 +568,7 @@ async fn bad_input_says_what_and_where() {
     assert!(args.message.starts_with("/path:"), "{}", args.message);
     assert!(!call.conditions.iter().any(|c| c.r#type == "Started"));
     // A tool that does not exist.
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("no.such.tool", serde_json::json!({}), "read"),
-        ))
-        .await
-        .expect("recorded")
-        .into_inner();
+    let call = submit(&mut c, "no.such.tool", serde_json::json!({}), "read").await;
     assert_eq!(call.phase, "Denied");
     let e = c
         .list_calls(req(
@@ -642,18 +641,13 @@ async fn approvals_bind_to_the_args_and_tool_version_shown() {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut c = server.client().await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "test.gated",
-                serde_json::json!({"msg": "approved"}),
-                "execute",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "approved"}),
+        "execute",
+    )
+    .await;
     assert_eq!(call.phase, "AwaitingApproval");
     let mut approve = pb::ApproveCallRequest {
         id: call.id.clone(),
@@ -694,14 +688,13 @@ async fn approvals_bind_to_the_args_and_tool_version_shown() {
         .expect_err("twice");
     assert_eq!(code_of(&e), "not-awaiting-approval");
     // A denial ends the call without running it.
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("test.gated", serde_json::json!({"msg": "no"}), "execute"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "no"}),
+        "execute",
+    )
+    .await;
     let denied = c
         .deny_call(req(
             REVIEWER,
@@ -722,14 +715,13 @@ async fn a_changed_descriptor_voids_the_pending_approval() {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut c = server.client().await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("test.gated", serde_json::json!({"msg": "x"}), "execute"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "x"}),
+        "execute",
+    )
+    .await;
     assert_eq!(call.phase, "AwaitingApproval");
     let path = dir.path().join("manifests/tools/test-gated.yaml");
     let text = std::fs::read_to_string(&path).expect("read");
@@ -752,17 +744,7 @@ async fn a_changed_descriptor_voids_the_pending_approval() {
         ("False", "ToolChanged")
     );
     let e = c
-        .approve_call(req(
-            REVIEWER,
-            pb::ApproveCallRequest {
-                id: call.id.clone(),
-                args_digest: call.args_digest.clone(),
-                tool_digest: call.tool_digest.clone(),
-                for_session: false,
-                ttl_seconds: 60,
-                comment: String::new(),
-            },
-        ))
+        .approve_call(req(REVIEWER, approval_of(&call)))
         .await
         .expect_err("voided");
     assert_eq!(code_of(&e), "not-awaiting-approval");
@@ -773,14 +755,13 @@ async fn a_changed_descriptor_voids_the_pending_approval() {
     )
     .expect("broken");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose("test.echo", serde_json::json!({"msg": "still"}), "execute"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "still"}),
+        "execute",
+    )
+    .await;
     assert_eq!(
         wait_phase(&mut c, &call.id, &["Succeeded", "Failed"])
             .await
@@ -794,18 +775,13 @@ async fn cancel_stops_a_running_sandbox_and_a_waiting_call() {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut c = server.client().await;
-    let call = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "test.sleep",
-                serde_json::json!({"seconds": "30"}),
-                "execute",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let call = submit(
+        &mut c,
+        "test.sleep",
+        serde_json::json!({"seconds": "30"}),
+        "execute",
+    )
+    .await;
     wait_phase(&mut c, &call.id, &["Running"]).await;
     let started = Instant::now();
     c.cancel_call(req(
@@ -831,14 +807,13 @@ async fn cancel_stops_a_running_sandbox_and_a_waiting_call() {
         .await
         .expect_err("ended");
     assert_eq!(code_of(&e), "call-ended");
-    let waiting = c
-        .propose_call(req(
-            AGENT,
-            propose("test.gated", serde_json::json!({"msg": "x"}), "execute"),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let waiting = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "x"}),
+        "execute",
+    )
+    .await;
     let cancelled = c
         .cancel_call(req(
             REVIEWER,
@@ -861,42 +836,27 @@ async fn kill_9_loses_no_call_and_never_runs_a_non_idempotent_call_twice() {
     let dir = setup();
     let mut server = Server::start(dir.path());
     let mut c = server.client().await;
-    let once = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "test.sleep",
-                serde_json::json!({"seconds": "30"}),
-                "execute",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
-    let again = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "test.sleep-idempotent",
-                serde_json::json!({"seconds": "1"}),
-                "execute",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
-    let waiting = c
-        .propose_call(req(
-            AGENT,
-            propose(
-                "test.gated",
-                serde_json::json!({"msg": "survived"}),
-                "execute",
-            ),
-        ))
-        .await
-        .expect("proposed")
-        .into_inner();
+    let once = submit(
+        &mut c,
+        "test.sleep",
+        serde_json::json!({"seconds": "30"}),
+        "execute",
+    )
+    .await;
+    let again = submit(
+        &mut c,
+        "test.sleep-idempotent",
+        serde_json::json!({"seconds": "1"}),
+        "execute",
+    )
+    .await;
+    let waiting = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "survived"}),
+        "execute",
+    )
+    .await;
     wait_phase(&mut c, &once.id, &["Running"]).await;
     wait_phase(&mut c, &again.id, &["Running"]).await;
     server.kill9();
@@ -931,19 +891,9 @@ async fn kill_9_loses_no_call_and_never_runs_a_non_idempotent_call_twice() {
     assert_eq!(status["phase"], "Succeeded");
     let w = get(&mut c, &waiting.id).await;
     assert_eq!(w.phase, "AwaitingApproval", "pending approvals survive");
-    c.approve_call(req(
-        REVIEWER,
-        pb::ApproveCallRequest {
-            id: w.id.clone(),
-            args_digest: w.args_digest.clone(),
-            tool_digest: w.tool_digest.clone(),
-            for_session: false,
-            ttl_seconds: 60,
-            comment: String::new(),
-        },
-    ))
-    .await
-    .expect("approve after restart");
+    c.approve_call(req(REVIEWER, approval_of(&w)))
+        .await
+        .expect("approve after restart");
     assert_eq!(
         wait_phase(&mut c, &w.id, &["Succeeded", "Failed"])
             .await

@@ -202,22 +202,6 @@ impl Runtime {
     }
 }
 
-fn caller_namespace(caller: &Caller, requested: &str) -> Result<String, ApiError> {
-    if !requested.is_empty() {
-        return Ok(requested.into());
-    }
-    caller
-        .principal
-        .service_account()
-        .map(|(ns, _)| ns.to_string())
-        .ok_or_else(|| {
-            ApiError::field(
-                "namespace",
-                "expected a namespace for a caller that is not a service account",
-            )
-        })
-}
-
 #[tonic::async_trait]
 impl Backend for Runtime {
     async fn view(
@@ -225,7 +209,7 @@ impl Backend for Runtime {
         caller: &Caller,
         req: pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
-        let ns = caller_namespace(caller, &req.namespace)?;
+        let ns = crate::runtime::namespace_of(caller, &req.namespace)?;
         self.view_for(&ns, &caller.principal, &req)
     }
 

@@ -131,12 +131,7 @@ fn prepare(
     // Decide again: the manifests may have changed, the approval expired.
     let decision = decide_record(loaded, rec);
     if decision.outcome != DecisionOutcome::Allow {
-        let reasons = decision
-            .reasons
-            .iter()
-            .map(|r| format!("{} ({})", r.message, r.code))
-            .collect::<Vec<_>>()
-            .join("; ");
+        let reasons = crate::runtime::reasons_text(&decision);
         let code = decision
             .reasons
             .last()

@@ -163,14 +163,7 @@ impl Runtime {
         mutate: impl FnOnce(&mut CallRecord) -> Result<Vec<Step>, ApiError>,
     ) -> Result<CallRecord, ApiError> {
         let _guard = self.inner.write.lock().await;
-        let mut rec =
-            self.inner
-                .store
-                .get(id)
-                .map_err(internal)?
-                .ok_or_else(|| ApiError::NotFound {
-                    what: format!("call {id:?}"),
-                })?;
+        let mut rec = self.stored(id)?;
         let steps = mutate(&mut rec)?;
         let events = record_steps(&mut rec, &steps);
         self.inner
@@ -336,16 +329,20 @@ impl Runtime {
         Ok(rec)
     }
 
+    /// A stored call, whoever asks.
+    fn stored(&self, id: &str) -> Result<CallRecord, ApiError> {
+        self.inner
+            .store
+            .get(id)
+            .map_err(internal)?
+            .ok_or_else(|| ApiError::NotFound {
+                what: format!("call {id:?}"),
+            })
+    }
+
     /// A call the caller may see.
     pub fn get(&self, caller: &Caller, id: &str) -> Result<CallRecord, ApiError> {
-        let rec =
-            self.inner
-                .store
-                .get(id)
-                .map_err(internal)?
-                .ok_or_else(|| ApiError::NotFound {
-                    what: format!("call {id:?}"),
-                })?;
+        let rec = self.stored(id)?;
         if rec.spec.principal != caller.name() && !caller.approves_in(&rec.namespace) {
             // Not found rather than forbidden: ids of others' calls are not disclosed.
             return Err(ApiError::NotFound {
@@ -753,6 +750,15 @@ pub(crate) fn decide_record(loaded: &Loaded, rec: &CallRecord) -> Decision {
     )
 }
 
+/// A decision's reasons in one line: `message (code); …`.
+pub(crate) fn reasons_text(d: &Decision) -> String {
+    d.reasons
+        .iter()
+        .map(|r| format!("{} ({})", r.message, r.code))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The steps a decision adds: ArgsValidated, PolicyChecked, and ApprovalRequested or the end.
 pub(crate) fn decision_steps(rec: &mut CallRecord, d: &Decision, loaded: &Loaded) -> Vec<Step> {
     let now = Timestamp::now();
@@ -760,12 +766,7 @@ pub(crate) fn decision_steps(rec: &mut CallRecord, d: &Decision, loaded: &Loaded
     rec.status.tool_digest = d.tool_digest.clone();
     rec.status.authorization = d.authorization(now);
     let mut steps = Vec::new();
-    let reasons = d
-        .reasons
-        .iter()
-        .map(|r| format!("{} ({})", r.message, r.code))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let reasons = reasons_text(d);
     if !d.args_violations.is_empty() {
         let v = d
             .args_violations
@@ -840,7 +841,7 @@ pub(crate) fn decision_steps(rec: &mut CallRecord, d: &Decision, loaded: &Loaded
     steps
 }
 
-fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {
+pub(crate) fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {
     if !requested.is_empty() {
         return Ok(requested.to_string());
     }
