@@ -1017,3 +1017,142 @@ fn local_refuses_to_start_on_bad_manifests_and_lists_every_error() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reflection_lists_the_services() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(futures::stream::iter([request]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let first = responses.next().await.expect("a response").expect("ok");
+    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else {
+        panic!("unexpected response {first:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"toolgate.v1.Toolgate".to_string()),
+        "{names:?}"
+    );
+}
+
+/// The command-line client against the server: what a person types.
+#[test]
+fn the_command_line_client_drives_a_call_through_approval() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let toolgate = |token: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args)
+            .env("TOOLGATE_SERVER", &url)
+            .env("TOOLGATE_TOKEN", token)
+            .output()
+            .expect("toolgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "view",
+            "--intent",
+            "read a source file",
+            "--format",
+            "anthropic",
+            "--max-tools",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"input_schema\""), "{out}");
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "src/a.ts"}"#,
+            "--action",
+            "read",
+            "--task",
+            "read a.ts",
+            "--watch",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("✓ StateUpdated") && out.contains("phase=Succeeded"),
+        "{out}"
+    );
+    let (_, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "test.gated",
+            "--args",
+            r#"{"msg": "from the cli"}"#,
+            "--action",
+            "execute",
+            "--task",
+            "echo",
+        ],
+    );
+    let id = out.split_whitespace().next().expect("call id").to_string();
+    assert!(out.contains("phase=AwaitingApproval"), "{out}{err}");
+    let (code, _, err) = toolgate(AGENT, &["approve", &id]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("[approval-self]"), "{err}");
+    let (code, out, err) = toolgate(REVIEWER, &["approve", &id, "--comment", "fine"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("args sha256:"), "{out}");
+    let (code, out, _) = toolgate(AGENT, &["watch", &id]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("StateUpdated"), "{out}");
+    let (_, out, _) = toolgate(AGENT, &["list", "--phase", "Succeeded"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (_, out, _) = toolgate(REVIEWER, &["explain", &id]);
+    assert!(
+        out.contains("approval:") && out.contains("by alice@example.com"),
+        "{out}"
+    );
+    let (code, out, _) = toolgate(AGENT, &["artifact", &id, "stdout"]);
+    assert_eq!((code, out.as_str()), (Some(0), "from the cli\n"));
+    let (code, _, err) = toolgate("wrong-token-wrong-token", &["list"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("Unauthenticated"), "{err}");
+    let (code, _, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            "{",
+            "--action",
+            "read",
+            "--task",
+            "x",
+        ],
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("(field args_json)"), "{err}");
+}
