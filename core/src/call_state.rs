@@ -3,7 +3,16 @@
 //! event log tell the same story.
 
 use jiff::Timestamp;
-use toolgate_crds::{CallPhase, Condition, ConditionStatus, ToolCallStatus};
+use toolgate_crds::conditions::{
+    APPROVAL_REQUESTED, ARGS_VALIDATED, ARTIFACT_PERSISTED, FINISHED, POLICY_CHECKED,
+    RESULT_VALIDATED, STATE_UPDATED,
+};
+use toolgate_crds::{
+    CallPhase, CallResult, Condition, ConditionStatus, DecisionOutcome, ResultStatus, ToolCallSpec,
+    ToolCallStatus, VerifierStatus,
+};
+
+use crate::decision::Decision;
 
 /// One step of a call: a condition, and the phase after it (if it changes).
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +107,206 @@ pub fn phase_name(phase: Option<CallPhase>) -> &'static str {
         Some(CallPhase::Denied) => "Denied",
         Some(CallPhase::Cancelled) => "Cancelled",
     }
+}
+
+/// `grant-matched` → `GrantMatched` (condition reasons are CamelCase).
+pub fn camel(code: &str) -> String {
+    code.split(['-', '_'])
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn after(elapsed: Option<std::time::Duration>) -> String {
+    elapsed.map_or_else(String::new, |e| format!(" after {} ms", e.as_millis()))
+}
+
+/// A decision's reasons in one line: `message (code); …`.
+pub fn reasons_text(d: &Decision) -> String {
+    d.reasons
+        .iter()
+        .map(|r| format!("{} ({})", r.message, r.code))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The steps a decision adds: ArgsValidated, PolicyChecked, and ApprovalRequested or the end.
+pub fn decision_steps(
+    status: &mut ToolCallStatus,
+    spec: &ToolCallSpec,
+    d: &Decision,
+    required_scopes: &[String],
+    now: Timestamp,
+) -> Vec<Step> {
+    status.args_digest = d.args_digest.clone();
+    status.tool_digest = d.tool_digest.clone();
+    status.authorization = d.authorization(now);
+    let mut steps = Vec::new();
+    let reasons = reasons_text(d);
+    if !d.args_violations.is_empty() {
+        let v = d
+            .args_violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "{}: {}",
+                    if v.pointer.is_empty() {
+                        "/"
+                    } else {
+                        &v.pointer
+                    },
+                    v.message
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        steps.push(Step::failed(ARGS_VALIDATED, "ArgsInvalid", v).then(CallPhase::Denied));
+        return steps;
+    }
+    if d.args_digest.is_some() {
+        steps.push(Step::ok(
+            ARGS_VALIDATED,
+            "SchemaOk",
+            format!(
+                "args match the input schema of {} ({})",
+                spec.tool_ref.name,
+                d.args_digest.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let first_code = d.reasons.last().map(|r| r.code).unwrap_or("decided");
+    match d.outcome {
+        DecisionOutcome::Deny => {
+            steps.push(
+                Step::failed(POLICY_CHECKED, camel(first_code), reasons).then(CallPhase::Denied),
+            );
+        }
+        DecisionOutcome::RequireApproval => {
+            steps.push(Step::ok(POLICY_CHECKED, "ApprovalRequired", reasons));
+            let tier = d.risk_tier.map(|t| t.to_string()).unwrap_or_default();
+            let scopes = required_scopes.join(", ");
+            steps.push(
+                Step::ok(
+                    APPROVAL_REQUESTED,
+                    "AwaitingApproval",
+                    format!(
+                        "risk {tier}, scopes [{scopes}]: an approver other than {} must approve args {} for tool version {}",
+                        spec.principal,
+                        d.args_digest.as_deref().unwrap_or_default(),
+                        d.tool_digest.as_deref().unwrap_or_default()
+                    ),
+                )
+                .then(CallPhase::AwaitingApproval),
+            );
+        }
+        DecisionOutcome::Allow => {
+            steps.push(Step::ok(POLICY_CHECKED, "Allowed", reasons).then(CallPhase::Authorized));
+        }
+    }
+    if d.outcome == DecisionOutcome::Deny {
+        steps.push(Step::failed(
+            STATE_UPDATED,
+            "Denied",
+            "the call ended without running",
+        ));
+    }
+    steps
+}
+
+/// Finished, ResultValidated, ArtifactPersisted, StateUpdated from the executor's result.
+pub fn finished_steps(
+    status: &mut ToolCallStatus,
+    result: &CallResult,
+    elapsed: Option<std::time::Duration>,
+) -> Vec<Step> {
+    let ok = result.status == ResultStatus::Success;
+    let exit = result
+        .exit_code
+        .map_or("no exit code".into(), |c| format!("exit code {c}"));
+    let mut steps = vec![if ok {
+        Step::ok(FINISHED, "Completed", format!("{exit}{}", after(elapsed)))
+    } else {
+        let why = result
+            .error
+            .as_ref()
+            .map(|e| format!("{}: {}", e.code, e.message))
+            .unwrap_or_else(|| format!("{:?}", result.status).to_lowercase());
+        Step::failed(
+            FINISHED,
+            "ToolFailed",
+            format!("{exit}{}: {why}", after(elapsed)),
+        )
+    }];
+    match &result.verifier {
+        Some(v) if v.status == VerifierStatus::Failed => steps.push(Step::failed(
+            RESULT_VALIDATED,
+            "VerifierFailed",
+            v.checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}: {:?}{}",
+                        c.name,
+                        c.result,
+                        c.message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+        Some(v) => steps.push(Step::ok(
+            RESULT_VALIDATED,
+            "Verified",
+            v.checks
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+        None => steps.push(Step::ok(
+            RESULT_VALIDATED,
+            "Bounded",
+            "the result fits its bounds; no verifier configured",
+        )),
+    }
+    steps.push(if result.artifacts.is_empty() {
+        Step::ok(
+            ARTIFACT_PERSISTED,
+            "NoArtifacts",
+            "the call produced no output to store",
+        )
+    } else {
+        Step::ok(
+            ARTIFACT_PERSISTED,
+            "Stored",
+            result
+                .artifacts
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} ({} bytes, {})",
+                        a.artifact_id, a.size_bytes, a.content_hash
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    });
+    let verified = !matches!(&result.verifier, Some(v) if v.status == VerifierStatus::Failed);
+    steps.push(if ok && verified {
+        Step::ok(STATE_UPDATED, "Succeeded", "the result is recorded").then(CallPhase::Succeeded)
+    } else {
+        Step::failed(STATE_UPDATED, "Failed", "the result is recorded").then(CallPhase::Failed)
+    });
+    status.result = Some(result.clone());
+    steps
 }
 
 #[cfg(test)]

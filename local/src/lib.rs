@@ -3,7 +3,7 @@
 //! gRPC API the operator serves.
 
 pub mod backend;
-pub mod broker;
+pub use toolgate_broker as broker;
 pub mod manifests;
 pub mod run;
 pub mod runtime;

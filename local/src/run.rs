@@ -11,21 +11,17 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
 use toolgate_api::ApiError;
-use toolgate_core::call_state::Step;
+use toolgate_core::call_state::{Step, camel, finished_steps, reasons_text};
 use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
 use toolgate_core::redact::Redactor;
 use toolgate_crds::conditions::{
-    ARTIFACT_PERSISTED, CREDENTIALS_BOUND, FINISHED, POLICY_CHECKED, RESULT_VALIDATED,
-    SANDBOX_PREPARED, STARTED, STATE_UPDATED,
+    CREDENTIALS_BOUND, FINISHED, POLICY_CHECKED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
 };
-use toolgate_crds::{
-    CallPhase, CallResult, CallRuntime, DecisionOutcome, LocalObjectRef, ResultStatus,
-    VerifierStatus,
-};
+use toolgate_crds::{CallPhase, CallResult, CallRuntime, DecisionOutcome, LocalObjectRef};
 use toolgate_sandbox::plan::{Context, Network};
 
 use crate::manifests::Loaded;
-use crate::runtime::{CANCELLED, Runtime, camel, decide_record, lock};
+use crate::runtime::{CANCELLED, Runtime, decide_record, lock};
 use crate::store::CallRecord;
 
 /// Bytes of the executor's stderr kept for a failure message.
@@ -106,7 +102,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
                 Step::failed(STATE_UPDATED, "Failed", "the call failed; see Finished")
                     .then(CallPhase::Failed),
             ],
-            Ok((result, elapsed)) => finished_steps(rec, result, *elapsed),
+            Ok((result, elapsed)) => finished_steps(&mut rec.status, result, Some(*elapsed)),
         }
     };
     rt.transition(id, |rec| Ok(steps_for(rec))).await?;
@@ -131,7 +127,7 @@ fn prepare(
     // Decide again: the manifests may have changed, the approval expired.
     let decision = decide_record(loaded, rec);
     if decision.outcome != DecisionOutcome::Allow {
-        let reasons = crate::runtime::reasons_text(&decision);
+        let reasons = reasons_text(&decision);
         let code = decision
             .reasons
             .last()
@@ -460,96 +456,4 @@ async fn execute(
             String::from_utf8_lossy(&stderr).trim()
         )),
     }
-}
-
-/// Finished, ResultValidated, ArtifactPersisted, StateUpdated from the executor's result.
-fn finished_steps(rec: &mut CallRecord, result: &CallResult, elapsed: Duration) -> Vec<Step> {
-    let ok = result.status == ResultStatus::Success;
-    let exit = result
-        .exit_code
-        .map_or("no exit code".into(), |c| format!("exit code {c}"));
-    let mut steps = vec![if ok {
-        Step::ok(
-            FINISHED,
-            "Completed",
-            format!("{exit} after {} ms", elapsed.as_millis()),
-        )
-    } else {
-        let why = result
-            .error
-            .as_ref()
-            .map(|e| format!("{}: {}", e.code, e.message))
-            .unwrap_or_else(|| format!("{:?}", result.status).to_lowercase());
-        Step::failed(
-            FINISHED,
-            "ToolFailed",
-            format!("{exit} after {} ms: {why}", elapsed.as_millis()),
-        )
-    }];
-    match &result.verifier {
-        Some(v) if v.status == VerifierStatus::Failed => steps.push(Step::failed(
-            RESULT_VALIDATED,
-            "VerifierFailed",
-            v.checks
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}: {:?}{}",
-                        c.name,
-                        c.result,
-                        c.message
-                            .as_deref()
-                            .map(|m| format!(" ({m})"))
-                            .unwrap_or_default()
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
-        )),
-        Some(v) => steps.push(Step::ok(
-            RESULT_VALIDATED,
-            "Verified",
-            v.checks
-                .iter()
-                .map(|c| c.name.clone())
-                .collect::<Vec<_>>()
-                .join(", "),
-        )),
-        None => steps.push(Step::ok(
-            RESULT_VALIDATED,
-            "Bounded",
-            "the result fits its bounds; no verifier configured",
-        )),
-    }
-    steps.push(if result.artifacts.is_empty() {
-        Step::ok(
-            ARTIFACT_PERSISTED,
-            "NoArtifacts",
-            "the call produced no output to store",
-        )
-    } else {
-        Step::ok(
-            ARTIFACT_PERSISTED,
-            "Stored",
-            result
-                .artifacts
-                .iter()
-                .map(|a| {
-                    format!(
-                        "{} ({} bytes, {})",
-                        a.artifact_id, a.size_bytes, a.content_hash
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        )
-    });
-    let verified = !matches!(&result.verifier, Some(v) if v.status == VerifierStatus::Failed);
-    steps.push(if ok && verified {
-        Step::ok(STATE_UPDATED, "Succeeded", "the result is recorded").then(CallPhase::Succeeded)
-    } else {
-        Step::failed(STATE_UPDATED, "Failed", "the result is recorded").then(CallPhase::Failed)
-    });
-    rec.status.result = Some(result.clone());
-    steps
 }

@@ -11,13 +11,12 @@ use jiff::Timestamp;
 use tokio::sync::broadcast;
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::args::ArgsLimits;
-use toolgate_core::call_state::{Step, apply, is_terminal, phase_name};
+use toolgate_core::call_state::{Step, apply, decision_steps, is_terminal, phase_name};
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
 use toolgate_core::lint::Linter;
 use toolgate_core::principal::Principal;
 use toolgate_crds::conditions::{
-    APPROVAL_GRANTED, APPROVAL_REQUESTED, ARGS_VALIDATED, FINISHED, POLICY_CHECKED, STARTED,
-    STATE_UPDATED, TOOL_CALL_REQUESTED,
+    APPROVAL_GRANTED, APPROVAL_REQUESTED, FINISHED, STARTED, TOOL_CALL_REQUESTED,
 };
 use toolgate_crds::{
     ActionType, ApprovalDecision, CallIntent, CallPhase, ConditionStatus, DecisionOutcome,
@@ -86,18 +85,6 @@ pub struct Runtime {
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
-}
-
-/// `grant-matched` → `GrantMatched` (condition reasons are CamelCase).
-pub fn camel(code: &str) -> String {
-    code.split(['-', '_'])
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 impl Runtime {
@@ -313,7 +300,18 @@ impl Runtime {
             .then(CallPhase::Pending),
         ];
         let decision = decide_record(&loaded, &rec);
-        steps.extend(decision_steps(&mut rec, &decision, &loaded));
+        let scopes = loaded
+            .registry
+            .tool(&rec.namespace, &rec.spec.tool_ref.name)
+            .map(|t| t.spec.permissions.required_scopes.clone())
+            .unwrap_or_default();
+        steps.extend(decision_steps(
+            &mut rec.status,
+            &rec.spec,
+            &decision,
+            &scopes,
+            Timestamp::now(),
+        ));
         let events = record_steps(&mut rec, &steps);
         self.inner
             .store
@@ -748,97 +746,6 @@ pub(crate) fn decide_record(loaded: &Loaded, rec: &CallRecord) -> Decision {
         Timestamp::now(),
         &ArgsLimits::default(),
     )
-}
-
-/// A decision's reasons in one line: `message (code); …`.
-pub(crate) fn reasons_text(d: &Decision) -> String {
-    d.reasons
-        .iter()
-        .map(|r| format!("{} ({})", r.message, r.code))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The steps a decision adds: ArgsValidated, PolicyChecked, and ApprovalRequested or the end.
-pub(crate) fn decision_steps(rec: &mut CallRecord, d: &Decision, loaded: &Loaded) -> Vec<Step> {
-    let now = Timestamp::now();
-    rec.status.args_digest = d.args_digest.clone();
-    rec.status.tool_digest = d.tool_digest.clone();
-    rec.status.authorization = d.authorization(now);
-    let mut steps = Vec::new();
-    let reasons = reasons_text(d);
-    if !d.args_violations.is_empty() {
-        let v = d
-            .args_violations
-            .iter()
-            .map(|v| {
-                format!(
-                    "{}: {}",
-                    if v.pointer.is_empty() {
-                        "/"
-                    } else {
-                        &v.pointer
-                    },
-                    v.message
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        steps.push(Step::failed(ARGS_VALIDATED, "ArgsInvalid", v).then(CallPhase::Denied));
-        return steps;
-    }
-    if d.args_digest.is_some() {
-        steps.push(Step::ok(
-            ARGS_VALIDATED,
-            "SchemaOk",
-            format!(
-                "args match the input schema of {} ({})",
-                rec.spec.tool_ref.name,
-                d.args_digest.as_deref().unwrap_or_default()
-            ),
-        ));
-    }
-    let first_code = d.reasons.last().map(|r| r.code).unwrap_or("decided");
-    match d.outcome {
-        DecisionOutcome::Deny => {
-            steps.push(
-                Step::failed(POLICY_CHECKED, camel(first_code), reasons).then(CallPhase::Denied),
-            );
-        }
-        DecisionOutcome::RequireApproval => {
-            steps.push(Step::ok(POLICY_CHECKED, "ApprovalRequired", reasons));
-            let tier = d.risk_tier.map(|t| t.to_string()).unwrap_or_default();
-            let scopes = loaded
-                .registry
-                .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                .map(|t| t.spec.permissions.required_scopes.join(", "))
-                .unwrap_or_default();
-            steps.push(
-                Step::ok(
-                    APPROVAL_REQUESTED,
-                    "AwaitingApproval",
-                    format!(
-                        "risk {tier}, scopes [{scopes}]: an approver other than {} must approve args {} for tool version {}",
-                        rec.spec.principal,
-                        d.args_digest.as_deref().unwrap_or_default(),
-                        d.tool_digest.as_deref().unwrap_or_default()
-                    ),
-                )
-                .then(CallPhase::AwaitingApproval),
-            );
-        }
-        DecisionOutcome::Allow => {
-            steps.push(Step::ok(POLICY_CHECKED, "Allowed", reasons).then(CallPhase::Authorized));
-        }
-    }
-    if d.outcome == DecisionOutcome::Deny {
-        steps.push(Step::failed(
-            STATE_UPDATED,
-            "Denied",
-            "the call ended without running",
-        ));
-    }
-    steps
 }
 
 pub(crate) fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {

@@ -9,6 +9,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use toolgate_crds::ToolDescriptor;
 
+mod build;
 mod descriptor;
 mod grant;
 

@@ -1,4 +1,4 @@
-//! The credential broker: a CredentialBinding in, a value for one call's sandbox out. The value
+//! Credential brokers: a CredentialBinding in, a value for one call's sandbox out. The value
 //! leaves the broker only into the sandbox's credential folder, and into the redactor.
 //!
 //! This file ships the file broker (a local secrets file, readable only by its owner) behind the
