@@ -59,11 +59,6 @@ pub enum BuildError {
         "network.egress: a NetworkPolicy cannot allow domains ({0}); only the http adapter, whose executor checks every request, may use a domain allowlist until the egress proxy exists"
     )]
     DomainsForProcess(String),
-    /// No executor image.
-    #[error(
-        "execution.image: the tool names no executor image and the operator has no default (--executor-image)"
-    )]
-    NoImage,
 }
 
 /// The name of every child of a call: `tg-<call>`, shortened with a hash to fit a DNS label.
@@ -167,6 +162,8 @@ pub struct PodInput<'a> {
     pub timeout_ms: u64,
     /// Whether a credential Secret is mounted.
     pub with_credential: bool,
+    /// A Secret whose keys become the executor's environment (artifact store credentials).
+    pub artifact_secret: Option<&'a str>,
 }
 
 /// The executor pod: hardened, limited, deadline-bound, and labelled for its NetworkPolicy.
@@ -302,6 +299,15 @@ pub fn pod(o: &Owner<'_>, input: &PodInput<'_>) -> Pod {
                     ..Default::default()
                 }),
                 volume_mounts: Some(mounts),
+                env_from: input.artifact_secret.map(|name| {
+                    vec![k8s_openapi::api::core::v1::EnvFromSource {
+                        secret_ref: Some(k8s_openapi::api::core::v1::SecretEnvSource {
+                            name: name.into(),
+                            optional: Some(false),
+                        }),
+                        ..Default::default()
+                    }]
+                }),
                 ..Default::default()
             }],
             volumes: Some(volumes),
@@ -473,6 +479,7 @@ mod tests {
                 policy: &policy(serde_json::json!({"egress": "none"})),
                 timeout_ms: 10_001,
                 with_credential: true,
+                artifact_secret: Some("toolgate-artifacts"),
             },
         );
         let owner = &p.metadata.owner_references.as_ref().expect("owner")[0];
@@ -544,6 +551,7 @@ mod tests {
                 policy: &policy(serde_json::json!({"egress": "none"})),
                 timeout_ms: 1000,
                 with_credential: false,
+                artifact_secret: None,
             },
         );
         let spec = p.spec.expect("spec");

@@ -192,14 +192,14 @@ fn error_policy(td: Arc<ToolDescriptor>, error: &Error, ctx: Arc<Context>) -> Ac
 }
 
 /// Run the controller until the stream ends (shutdown).
-pub async fn run(client: Client) {
-    let descriptors = Api::<ToolDescriptor>::all(client.clone());
+pub async fn run(client: Client, scope: crate::scope::Scope) {
+    let descriptors = scope.api::<ToolDescriptor>(&client);
     let controller = Controller::new(descriptors, watcher::Config::default());
     let store = controller.store();
     let by_sandbox = store.clone();
     controller
         .watches(
-            Api::<SandboxPolicy>::all(client.clone()),
+            scope.api::<SandboxPolicy>(&client),
             watcher::Config::default(),
             move |sp| {
                 referencing(&by_sandbox, sp.namespace(), |td| {
@@ -211,7 +211,7 @@ pub async fn run(client: Client) {
             },
         )
         .watches(
-            Api::<CredentialBinding>::all(client.clone()),
+            scope.api::<CredentialBinding>(&client),
             watcher::Config::default(),
             move |cb| {
                 referencing(&store, cb.namespace(), |td| {

@@ -125,13 +125,10 @@ fn error_policy(g: Arc<ToolGrant>, error: &Error, _ctx: Arc<Context>) -> Action 
 }
 
 /// Run the controller until shutdown.
-pub async fn run(client: Client) {
-    Controller::new(
-        Api::<ToolGrant>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .shutdown_on_signal()
-    .run(reconcile, error_policy, Arc::new(Context { client }))
-    .for_each(|_| futures::future::ready(()))
-    .await;
+pub async fn run(client: Client, scope: crate::scope::Scope) {
+    Controller::new(scope.api::<ToolGrant>(&client), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, Arc::new(Context { client }))
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }

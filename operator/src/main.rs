@@ -1,17 +1,20 @@
-//! `toolgate-operator [--context NAME]`: runs the toolgate controllers against the cluster of the
-//! current kubeconfig (or the in-cluster service account).
+//! `toolgate-operator [--context NAME] (--artifacts-bucket B | --artifacts-dir D) …`: runs the
+//! toolgate controllers against the cluster of the current kubeconfig (or the in-cluster service
+//! account).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use toolgate_crds::ToolDescriptor;
 
 mod build;
+mod call;
 mod descriptor;
 mod grant;
+mod scope;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
     let config = match context {
@@ -31,25 +34,94 @@ async fn client(context: Option<String>) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// The toolgate operator: reconciles tool descriptors, grants and calls.
+#[derive(clap::Parser)]
+#[command(name = "toolgate-operator", version, about)]
+struct Args {
+    /// kubeconfig context (default: the current one, or in-cluster).
+    #[arg(long)]
+    context: Option<String>,
+    /// Executor image for tools that name none.
+    #[arg(long, default_value = "ghcr.io/toolgate/executor:0.1.0")]
+    executor_image: String,
+    /// S3-compatible bucket for artifacts.
+    #[arg(long, conflicts_with = "artifacts_dir")]
+    artifacts_bucket: Option<String>,
+    /// Endpoint of the S3-compatible server (default: AWS).
+    #[arg(long, requires = "artifacts_bucket")]
+    artifacts_endpoint: Option<String>,
+    /// A directory for artifacts, shared with the node (single-node and test clusters).
+    #[arg(long)]
+    artifacts_dir: Option<std::path::PathBuf>,
+    /// Secret in each call's namespace whose keys become the executor's environment
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY for the artifact bucket).
+    #[arg(long)]
+    artifact_secret: Option<String>,
+    /// Local secrets file for CredentialBindings (`mount/path: {field: value}`, mode 600) until
+    /// the Vault broker lands.
+    #[arg(long)]
+    secrets: Option<std::path::PathBuf>,
+    /// Watch only this namespace (a namespace-scoped install); default: all namespaces.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Seconds a failed call's pod is kept for debugging.
+    #[arg(long, default_value_t = 600)]
+    keep_failed_pods_seconds: u64,
+}
+
+fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
+    use toolgate_core::exec::ArtifactTarget;
+    let artifacts = match (&args.artifacts_bucket, &args.artifacts_dir) {
+        (Some(bucket), None) => ArtifactTarget::S3 {
+            bucket: bucket.clone(),
+            endpoint: args.artifacts_endpoint.clone(),
+            region: "us-east-1".into(),
+            allow_http: args
+                .artifacts_endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("http://")),
+        },
+        (None, Some(dir)) => ArtifactTarget::Local {
+            dir: dir.display().to_string(),
+        },
+        _ => anyhow::bail!(
+            "artifacts: pass --artifacts-bucket (with --artifacts-endpoint for S3-compatible servers) or --artifacts-dir"
+        ),
+    };
+    let broker: std::sync::Arc<dyn toolgate_broker::CredentialBroker> = match &args.secrets {
+        Some(p) => std::sync::Arc::new(toolgate_broker::FileBroker::load(p)?),
+        None => std::sync::Arc::new(toolgate_broker::NoBroker),
+    };
+    Ok(call::CallConfig {
+        executor_image: args.executor_image.clone(),
+        artifacts,
+        artifact_secret: args.artifact_secret.clone(),
+        broker,
+        keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
+    })
+}
+
 fn main() -> ExitCode {
+    use clap::Parser;
+    // Structured JSON on stderr, one object per line, with the call or descriptor as a field.
     tracing_subscriber::fmt()
+        .json()
+        .with_current_span(false)
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let mut args = std::env::args().skip(1);
-    let mut context = None;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--context" => context = args.next(),
-            other => {
-                eprintln!(
-                    "toolgate-operator: unknown argument {other:?}; usage: toolgate-operator [--context NAME]"
-                );
-                return ExitCode::from(2);
-            }
+    let args = Args::parse();
+    let config = match call_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolgate-operator: {e:#}");
+            return ExitCode::from(2);
         }
-    }
+    };
+    let context = args.context.clone();
+    let namespace = args.namespace.clone();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -66,12 +138,17 @@ fn main() -> ExitCode {
             }
         };
         // The operator never installs CRDs (Helm does); it says what is missing.
-        if let Err(e) = Api::<ToolDescriptor>::all(client.clone()).list(&ListParams::default().limit(1)).await {
+        let scope = scope::Scope(namespace);
+        if let Err(e) = scope.api::<ToolDescriptor>(&client).list(&ListParams::default().limit(1)).await {
             eprintln!("toolgate-operator: cannot list ToolDescriptors ({e}); are the CRDs installed? kubectl apply -f crds/generated/");
             return ExitCode::from(1);
         }
         tracing::info!("toolgate-operator started");
-        tokio::join!(descriptor::run(client.clone()), grant::run(client));
+        tokio::join!(
+            descriptor::run(client.clone(), scope.clone()),
+            grant::run(client.clone(), scope.clone()),
+            call::run(client, config, scope)
+        );
         ExitCode::SUCCESS
     })
 }

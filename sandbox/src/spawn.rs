@@ -108,7 +108,8 @@ pub fn prepare(
     label: &str,
 ) -> Result<SandboxedCommand, SpawnError> {
     let bwrap = bwrap_path().ok_or(SpawnError::BwrapMissing)?;
-    for b in &plan.writable {
+    // Missing write roots are created (an existing file is bound as it is).
+    for b in plan.writable.iter().filter(|b| !b.host.exists()) {
         std::fs::create_dir_all(&b.host).map_err(|source| SpawnError::Io {
             what: format!("creating write root {}", b.host.display()),
             source,

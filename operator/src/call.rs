@@ -1,0 +1,856 @@
+//! The ToolCall controller: the causal chain on a cluster.
+//!
+//! dereference (descriptor, grants, approvals, sandbox policy, credential binding) → validate and
+//! decide (the core) → wait for a bound approval → build the children (pure, `build`) → apply them
+//! with server-side apply → watch the pod → ingest the executor's result from its termination
+//! message → record → clean up. Every step is a status condition and an Event. A denied or
+//! invalid call never creates a pod; names are deterministic, so a restarted operator applies the
+//! same pod instead of a second one; a finalizer removes the credential and the children even
+//! when the call is deleted mid-flight.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use toolgate_broker::CredentialBroker;
+use toolgate_core::args::ArgsLimits;
+use toolgate_core::call_state::{
+    Step, apply, camel, decision_steps, finished_steps, is_terminal, reasons_text,
+};
+use toolgate_core::decision::{ApprovalEntry, CallUnderReview, decide_in};
+use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
+use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
+use toolgate_crds::conditions::{
+    APPROVAL_GRANTED, CREDENTIALS_BOUND, FINISHED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
+    TOOL_CALL_REQUESTED,
+};
+use toolgate_crds::{
+    ApprovalState, CallPhase, CallResult, CallRuntime, CredentialBinding, DecisionOutcome,
+    LocalObjectRef, SandboxPolicy, ToolApproval, ToolCall, ToolCallStatus, ToolDescriptor,
+    ToolGrant,
+};
+
+use crate::build::{self, Owner, PodInput};
+use crate::descriptor::FIELD_MANAGER;
+
+/// The finalizer that guarantees cleanup.
+pub const FINALIZER: &str = "toolgate.dev/cleanup";
+
+/// How the operator runs calls.
+pub struct CallConfig {
+    /// Executor image when the descriptor names none.
+    pub executor_image: String,
+    /// Where executors store artifacts.
+    pub artifacts: ArtifactTarget,
+    /// A Secret (in the call's namespace) whose keys become the executor's environment: the
+    /// artifact store's credentials.
+    pub artifact_secret: Option<String>,
+    /// Where credentials come from.
+    pub broker: Arc<dyn CredentialBroker>,
+    /// How long a failed call's pod is kept for debugging.
+    pub keep_failed_pods: Duration,
+}
+
+/// What a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Events.
+    pub recorder: Recorder,
+    /// Configuration.
+    pub config: CallConfig,
+    /// Consecutive failures per call, for backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolCall>, u32>>,
+}
+
+/// Why a reconcile failed; transient, retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Serialization of a child (a bug).
+    #[error("serializing: {0}")]
+    Json(#[from] serde_json::Error),
+    /// No namespace on a namespaced object (a bug).
+    #[error("ToolCall {0} has no namespace")]
+    NoNamespace(String),
+    /// The finalizer machinery.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+fn meta_of<K: Resource>(k: &K) -> Meta {
+    let m = k.meta();
+    Meta {
+        name: m.name.clone().unwrap_or_default(),
+        namespace: m.namespace.clone(),
+        labels: m.labels.clone().unwrap_or_default().into_iter().collect(),
+    }
+}
+
+fn object(meta: Meta, spec: Spec) -> Object {
+    Object {
+        origin: Origin {
+            source: "cluster".into(),
+            document: 0,
+        },
+        meta,
+        spec,
+    }
+}
+
+/// The namespace's policy objects, as the core sees them.
+struct Namespace {
+    objects: ObjectSet,
+    registry: Registry,
+    approvals: Vec<ToolApproval>,
+}
+
+async fn dereference(client: &Client, ns: &str, call: &str) -> Result<Namespace, Error> {
+    let lp = ListParams::default();
+    let tds = Api::<ToolDescriptor>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    let grants = Api::<ToolGrant>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    let sbps = Api::<SandboxPolicy>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    let cbs = Api::<CredentialBinding>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?;
+    let approvals = Api::<ToolApproval>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|a| a.spec.call_ref.name == call || a.spec.session_id.is_some())
+        .collect();
+    let mut objects = Vec::new();
+    objects.extend(
+        tds.items
+            .iter()
+            .map(|t| object(meta_of(t), Spec::ToolDescriptor(Box::new(t.spec.clone())))),
+    );
+    objects.extend(
+        grants
+            .items
+            .iter()
+            .map(|g| object(meta_of(g), Spec::ToolGrant(Box::new(g.spec.clone())))),
+    );
+    objects.extend(
+        sbps.items
+            .iter()
+            .map(|s| object(meta_of(s), Spec::SandboxPolicy(Box::new(s.spec.clone())))),
+    );
+    objects.extend(cbs.items.iter().map(|c| {
+        object(
+            meta_of(c),
+            Spec::CredentialBinding(Box::new(c.spec.clone())),
+        )
+    }));
+    let objects = ObjectSet::new(objects);
+    let registry = Registry::from_objects(&objects);
+    Ok(Namespace {
+        objects,
+        registry,
+        approvals,
+    })
+}
+
+fn decide(ns: &Namespace, call: &ToolCall, namespace: &str) -> toolgate_core::decision::Decision {
+    let principal = Principal::new(call.spec.principal.clone());
+    let entries: Vec<ApprovalEntry<'_>> = ns
+        .approvals
+        .iter()
+        .map(|a| ApprovalEntry {
+            name: a.metadata.name.as_deref().unwrap_or_default(),
+            spec: &a.spec,
+            consumed: a.status.as_ref().and_then(|s| s.state) == Some(ApprovalState::Consumed),
+        })
+        .collect();
+    decide_in(
+        &ns.registry,
+        &CallUnderReview {
+            namespace,
+            name: &call.name_any(),
+            spec: &call.spec,
+            principal: &principal,
+        },
+        &entries,
+        jiff::Timestamp::now(),
+        &ArgsLimits::default(),
+    )
+}
+
+impl Context {
+    /// Record steps on the call's status (server-side apply) and publish one Event per step.
+    async fn record(
+        &self,
+        call: &ToolCall,
+        status: &mut ToolCallStatus,
+        steps: &[Step],
+    ) -> Result<(), Error> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let generation = call.metadata.generation.unwrap_or(1);
+        for s in steps {
+            apply(status, s, jiff::Timestamp::now(), generation);
+        }
+        let ns = call
+            .namespace()
+            .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
+        let patch = serde_json::json!({
+            "apiVersion": toolgate_crds::API_VERSION,
+            "kind": "ToolCall",
+            "status": status,
+        });
+        Api::<ToolCall>::namespaced(self.client.clone(), &ns)
+            .patch_status(
+                &call.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        let reference = call.object_ref(&());
+        for s in steps {
+            let event = Event {
+                type_: if s.status == toolgate_crds::ConditionStatus::False {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: s.reason.chars().take(128).collect(),
+                note: Some(s.message.chars().take(1000).collect()),
+                action: s.kind.to_string(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(call = %call.name_any(), error = %e, "publishing an event");
+            }
+        }
+        tracing::info!(call = %call.name_any(), namespace = %ns, steps = ?steps.iter().map(|s| s.kind).collect::<Vec<_>>(), phase = ?status.phase, "recorded");
+        Ok(())
+    }
+}
+
+async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = call
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
+    let key = ObjectRef::from_obj(&*call);
+    let api = Api::<ToolCall>::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, call, |event| async {
+        match event {
+            Finalizer::Apply(call) => advance(&call, &ctx, &ns).await,
+            Finalizer::Cleanup(call) => {
+                remove_children(&ctx.client, &ns, &call.name_any(), true).await?;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(e.to_string()));
+    if result.is_ok()
+        && let Ok(mut f) = ctx.failures.lock()
+    {
+        f.remove(&key);
+    }
+    result
+}
+
+/// Move a call one step along its chain.
+async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Error> {
+    let name = call.name_any();
+    let mut status = call.status.clone().unwrap_or_default();
+    if is_terminal(status.phase) {
+        return finish_cleanup(call, ctx, ns, &status).await;
+    }
+    let cluster = dereference(&ctx.client, ns, &name).await?;
+    match status.phase {
+        None | Some(CallPhase::Pending) => {
+            let decision = decide(&cluster, call, ns);
+            let scopes = cluster
+                .registry
+                .tool(ns, &call.spec.tool_ref.name)
+                .map(|t| t.spec.permissions.required_scopes.clone())
+                .unwrap_or_default();
+            let mut steps = vec![
+                Step::ok(
+                    TOOL_CALL_REQUESTED,
+                    "Accepted",
+                    format!(
+                        "{} proposed {} ({})",
+                        call.spec.principal, call.spec.tool_ref.name, call.spec.intent.current_task
+                    ),
+                )
+                .then(CallPhase::Pending),
+            ];
+            steps.extend(decision_steps(
+                &mut status,
+                &call.spec,
+                &decision,
+                &scopes,
+                jiff::Timestamp::now(),
+            ));
+            ctx.record(call, &mut status, &steps).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Some(CallPhase::AwaitingApproval) => {
+            let decision = decide(&cluster, call, ns);
+            if decision.outcome == DecisionOutcome::Allow {
+                status.authorization = decision.authorization(jiff::Timestamp::now());
+                let approval = decision.approval.clone().unwrap_or_default();
+                let approver = cluster
+                    .approvals
+                    .iter()
+                    .find(|a| a.metadata.name.as_deref() == Some(approval.as_str()))
+                    .map(|a| a.spec.approver.clone())
+                    .unwrap_or_default();
+                let steps = [Step::ok(
+                    APPROVAL_GRANTED,
+                    "Approved",
+                    format!(
+                        "ToolApproval {approval} by {approver} binds args {} and tool {}",
+                        status.args_digest.as_deref().unwrap_or_default(),
+                        status.tool_digest.as_deref().unwrap_or_default()
+                    ),
+                )
+                .then(CallPhase::Authorized)];
+                ctx.record(call, &mut status, &steps).await?;
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            if decision.outcome == DecisionOutcome::Deny {
+                let steps = [
+                    Step::failed(
+                        APPROVAL_GRANTED,
+                        camel(decision.reasons.last().map_or("denied", |r| r.code)),
+                        reasons_text(&decision),
+                    ),
+                    Step::failed(STATE_UPDATED, "Denied", "the call ended without running")
+                        .then(CallPhase::Denied),
+                ];
+                ctx.record(call, &mut status, &steps).await?;
+                return Ok(Action::await_change());
+            }
+            // Still waiting; approvals that do not bind say why in the decision's reasons.
+            Ok(Action::await_change())
+        }
+        Some(CallPhase::Authorized) => start(call, ctx, ns, &cluster, status).await,
+        Some(CallPhase::Running) => observe(call, ctx, ns, status).await,
+        _ => Ok(Action::await_change()),
+    }
+}
+
+/// Build and apply the children of an authorized call.
+async fn start(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    cluster: &Namespace,
+    mut status: ToolCallStatus,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let fail = |kind, reason: &str, message: String| {
+        vec![
+            Step::failed(kind, reason.to_string(), message),
+            Step::failed(STATE_UPDATED, "Failed", "the call ended without running")
+                .then(CallPhase::Failed),
+        ]
+    };
+    // Decide again: the approval must still bind, the tool must not have changed.
+    let decision = decide(cluster, call, ns);
+    if decision.outcome != DecisionOutcome::Allow {
+        let steps = [
+            Step::failed(
+                toolgate_crds::conditions::POLICY_CHECKED,
+                camel(
+                    decision
+                        .reasons
+                        .last()
+                        .map_or("decision-changed", |r| r.code),
+                ),
+                format!("checked again before running: {}", reasons_text(&decision)),
+            ),
+            Step::failed(STATE_UPDATED, "Denied", "the call ended without running")
+                .then(CallPhase::Denied),
+        ];
+        ctx.record(call, &mut status, &steps).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(tool) = cluster.registry.tool(ns, &call.spec.tool_ref.name) else {
+        ctx.record(
+            call,
+            &mut status,
+            &fail(SANDBOX_PREPARED, "ToolMissing", "the tool is gone".into()),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let Some(policy_name) = tool
+        .spec
+        .sandbox_policy_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+    else {
+        ctx.record(
+            call,
+            &mut status,
+            &fail(
+                SANDBOX_PREPARED,
+                "SandboxPolicyMissing",
+                format!("tool {} names no sandboxPolicyRef", tool.name),
+            ),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let Some(Spec::SandboxPolicy(policy)) = cluster
+        .objects
+        .find("SandboxPolicy", ns, &policy_name)
+        .map(|o| &o.spec)
+    else {
+        ctx.record(
+            call,
+            &mut status,
+            &fail(
+                SANDBOX_PREPARED,
+                "SandboxPolicyMissing",
+                format!("SandboxPolicy {policy_name} does not exist in {ns}"),
+            ),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let uid = call.metadata.uid.clone().unwrap_or_default();
+    let owner = Owner {
+        name: &name,
+        namespace: ns,
+        uid: &uid,
+    };
+    let netpol = match build::network_policy(&owner, policy, tool.spec.execution.adapter) {
+        Ok(n) => n,
+        Err(e) => {
+            ctx.record(
+                call,
+                &mut status,
+                &fail(
+                    SANDBOX_PREPARED,
+                    "SandboxRefused",
+                    format!("SandboxPolicy {policy_name}: {e}"),
+                ),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let binding = match &tool.spec.credential_binding_ref {
+        None => None,
+        Some(r) => match cluster
+            .objects
+            .find("CredentialBinding", ns, &r.name)
+            .map(|o| &o.spec)
+        {
+            Some(Spec::CredentialBinding(b)) => Some((r.name.clone(), b.clone())),
+            _ => {
+                ctx.record(
+                    call,
+                    &mut status,
+                    &fail(
+                        CREDENTIALS_BOUND,
+                        "BindingMissing",
+                        format!("CredentialBinding {} does not exist in {ns}", r.name),
+                    ),
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+        },
+    };
+    let spec = exec_spec(ExecInput {
+        call: CallIdentity {
+            namespace: ns.into(),
+            name: name.clone(),
+            event_id: format!("{name}/{}", STARTED),
+        },
+        tool: &tool.spec,
+        policy,
+        args: call.spec.args.clone(),
+        dry_run: call.spec.dry_run,
+        artifacts: ctx.config.artifacts.clone(),
+        credential: binding.as_ref().map(|(n, b)| (n.as_str(), &**b)),
+        working_dir: Some(build::WORKSPACE_DIR.into()),
+        write_roots: if policy.filesystem.write_roots.is_empty() {
+            vec![]
+        } else {
+            vec![build::WORKSPACE_DIR.into()]
+        },
+    });
+    let image = tool
+        .spec
+        .execution
+        .image
+        .clone()
+        .unwrap_or_else(|| ctx.config.executor_image.clone());
+    let mut steps = vec![Step::ok(
+        SANDBOX_PREPARED,
+        "Resolved",
+        format!(
+            "SandboxPolicy {policy_name}: pod {} with NetworkPolicy egress {:?}, memory {} MiB, deadline from timeout {} ms",
+            build::child_name(&name),
+            policy.network.egress,
+            policy.process.max_memory_mb,
+            spec.limits.timeout_ms
+        ),
+    )];
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let child = build::child_name(&name);
+    Api::<NetworkPolicy>::namespaced(ctx.client.clone(), ns)
+        .patch(&child, &pp, &Patch::Apply(&netpol))
+        .await?;
+    Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            &child,
+            &pp,
+            &Patch::Apply(&build::config_map(&owner, &spec)?),
+        )
+        .await?;
+    let runtime = status.runtime.get_or_insert_with(CallRuntime::default);
+    runtime.adapter = Some(format!("{:?}", tool.spec.execution.adapter).to_lowercase());
+    runtime.sandbox_policy_ref = Some(LocalObjectRef {
+        name: policy_name.clone(),
+    });
+    runtime.pod_name = Some(child.clone());
+    match &binding {
+        None => steps.push(Step::ok(
+            CREDENTIALS_BOUND,
+            "NotRequired",
+            "the tool uses no credential",
+        )),
+        Some((bname, b)) => match ctx.config.broker.issue(ns, bname, b) {
+            Err(e) => {
+                remove_children(&ctx.client, ns, &name, true).await?;
+                ctx.record(
+                    call,
+                    &mut status,
+                    &fail(
+                        CREDENTIALS_BOUND,
+                        "BrokerFailed",
+                        format!("CredentialBinding {bname}: {e}"),
+                    ),
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            Ok(issued) => {
+                let file = spec
+                    .credentials
+                    .first()
+                    .map_or(bname.clone(), |c| c.file_name.clone());
+                Api::<Secret>::namespaced(ctx.client.clone(), ns)
+                    .patch(
+                        &child,
+                        &pp,
+                        &Patch::Apply(&build::secret(&owner, &file, issued.value.expose())),
+                    )
+                    .await?;
+                status
+                    .runtime
+                    .get_or_insert_with(CallRuntime::default)
+                    .credential_binding_ref = Some(LocalObjectRef {
+                    name: bname.clone(),
+                });
+                steps.push(Step::ok(CREDENTIALS_BOUND, "Brokered", format!("CredentialBinding {bname} delivered as file {file} in Secret {child}, TTL {} s", issued.ttl_seconds)));
+            }
+        },
+    }
+    let pod = build::pod(
+        &owner,
+        &PodInput {
+            image: &image,
+            policy,
+            timeout_ms: spec.limits.timeout_ms,
+            with_credential: binding.is_some(),
+            artifact_secret: ctx.config.artifact_secret.as_deref(),
+        },
+    );
+    Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .patch(&child, &pp, &Patch::Apply(&pod))
+        .await?;
+    steps.push(
+        Step::ok(STARTED, "PodCreated", format!("pod {child} created")).then(CallPhase::Running),
+    );
+    ctx.record(call, &mut status, &steps).await?;
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// Follow the pod; when it ends, ingest the executor's result.
+async fn observe(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    mut status: ToolCallStatus,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let child = build::child_name(&name);
+    let Some(pod) = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&child)
+        .await?
+    else {
+        let steps = [
+            Step::failed(
+                FINISHED,
+                "PodMissing",
+                format!("pod {child} disappeared before it reported a result"),
+            ),
+            Step::failed(STATE_UPDATED, "Failed", "the call failed; see Finished")
+                .then(CallPhase::Failed),
+        ];
+        ctx.record(call, &mut status, &steps).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    };
+    let pod_status = pod.status.clone().unwrap_or_default();
+    let phase = pod_status.phase.clone().unwrap_or_default();
+    if phase != "Succeeded" && phase != "Failed" {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let terminated = pod_status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.name == "executor"))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone());
+    let message = terminated
+        .as_ref()
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    let steps = match serde_json::from_str::<CallResult>(message.trim()) {
+        Ok(result) => {
+            if let Some(r) = status.runtime.as_mut() {
+                r.started_at = terminated
+                    .as_ref()
+                    .and_then(|t| t.started_at.as_ref())
+                    .and_then(|t| kube_time(&t.0));
+                r.finished_at = terminated
+                    .as_ref()
+                    .and_then(|t| t.finished_at.as_ref())
+                    .and_then(|t| kube_time(&t.0));
+            }
+            finished_steps(&mut status, &result, None)
+        }
+        Err(_) => {
+            let why = match (pod_status.reason.as_deref(), terminated.as_ref()) {
+                (Some(r), _) => format!(
+                    "pod {child} ended: {r} ({})",
+                    pod_status.message.clone().unwrap_or_default()
+                ),
+                (None, Some(t)) => format!("pod {child} exited {} without a result", t.exit_code),
+                (None, None) => format!("pod {child} ended without a result"),
+            };
+            vec![
+                Step::failed(
+                    FINISHED,
+                    camel(pod_status.reason.as_deref().unwrap_or("no-result")),
+                    why,
+                ),
+                Step::failed(STATE_UPDATED, "Failed", "the call failed; see Finished")
+                    .then(CallPhase::Failed),
+            ]
+        }
+    };
+    // The credential goes the moment the pod is done.
+    let _ = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .delete(&child, &DeleteParams::default())
+        .await;
+    ctx.record(call, &mut status, &steps).await?;
+    consume_approval(ctx, ns, &status).await;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// k8s-openapi's time (another jiff release) as ours.
+fn kube_time(t: &k8s_openapi::jiff::Timestamp) -> Option<toolgate_crds::Timestamp> {
+    jiff::Timestamp::from_nanosecond(t.as_nanosecond())
+        .ok()
+        .map(toolgate_crds::Timestamp)
+}
+
+async fn consume_approval(ctx: &Context, ns: &str, status: &ToolCallStatus) {
+    let Some(name) = status
+        .authorization
+        .as_ref()
+        .and_then(|a| a.approval_ref.as_ref())
+        .map(|r| r.name.clone())
+    else {
+        return;
+    };
+    let patch = serde_json::json!({
+        "apiVersion": toolgate_crds::API_VERSION,
+        "kind": "ToolApproval",
+        "status": {"state": "Consumed"},
+    });
+    if let Err(e) = Api::<ToolApproval>::namespaced(ctx.client.clone(), ns)
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        tracing::warn!(approval = %name, error = %e, "marking the approval consumed");
+    }
+}
+
+/// After the result is recorded: remove the children (a failed call's pod stays a while).
+async fn finish_cleanup(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    status: &ToolCallStatus,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let failed = status.phase == Some(CallPhase::Failed);
+    let keep_until = status
+        .runtime
+        .as_ref()
+        .and_then(|r| r.finished_at)
+        .map(|t| t.0)
+        .and_then(|t| {
+            t.checked_add(jiff::SignedDuration::try_from(ctx.config.keep_failed_pods).ok()?)
+                .ok()
+        });
+    let keep_pod = failed && keep_until.is_some_and(|t| t > jiff::Timestamp::now());
+    remove_children(&ctx.client, ns, &name, !keep_pod).await?;
+    Ok(if keep_pod {
+        Action::requeue(ctx.config.keep_failed_pods)
+    } else {
+        Action::await_change()
+    })
+}
+
+/// Delete a call's children (the pod too when `with_pod`). Missing ones are fine.
+async fn remove_children(
+    client: &Client,
+    ns: &str,
+    call: &str,
+    with_pod: bool,
+) -> Result<(), Error> {
+    let child = build::child_name(call);
+    let dp = DeleteParams::default();
+    let ignore_missing = |r: Result<_, kube::Error>| match r {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+        Ok(_) => Ok(()),
+    };
+    ignore_missing(
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .delete(&child, &dp)
+            .await
+            .map(|_| ()),
+    )?;
+    ignore_missing(
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .delete(&child, &dp)
+            .await
+            .map(|_| ()),
+    )?;
+    ignore_missing(
+        Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+            .delete(&child, &dp)
+            .await
+            .map(|_| ()),
+    )?;
+    if with_pod {
+        ignore_missing(
+            Api::<Pod>::namespaced(client.clone(), ns)
+                .delete(&child, &dp)
+                .await
+                .map(|_| ()),
+        )?;
+    }
+    Ok(())
+}
+
+fn error_policy(call: Arc<ToolCall>, error: &Error, ctx: Arc<Context>) -> Action {
+    let n = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(ObjectRef::from_obj(&*call)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = crate::descriptor::backoff(n - 1);
+    tracing::warn!(call = %call.name_any(), %error, failures = n, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Run the controller until shutdown.
+pub async fn run(client: Client, config: CallConfig, scope: crate::scope::Scope) {
+    let calls = scope.api::<ToolCall>(&client);
+    let controller = Controller::new(calls, watcher::Config::default());
+    let store = controller.store();
+    let by_descriptor = store.clone();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "toolgate-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    controller
+        .owns(
+            scope.api::<Pod>(&client),
+            watcher::Config::default().labels(build::CALL_LABEL),
+        )
+        .watches(
+            scope.api::<ToolApproval>(&client),
+            watcher::Config::default(),
+            |a| {
+                a.namespace()
+                    .map(|ns| ObjectRef::<ToolCall>::new(&a.spec.call_ref.name).within(&ns))
+            },
+        )
+        .watches(
+            scope.api::<ToolDescriptor>(&client),
+            watcher::Config::default(),
+            move |td| {
+                by_descriptor
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.namespace() == td.namespace()
+                            && Some(c.spec.tool_ref.name.as_str()) == td.metadata.name.as_deref()
+                            && !is_terminal(c.status.as_ref().and_then(|s| s.phase))
+                    })
+                    .map(|c| ObjectRef::from_obj(&*c))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Context {
+                client,
+                recorder,
+                config,
+                failures: Default::default(),
+            }),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}

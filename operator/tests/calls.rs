@@ -1,0 +1,459 @@
+//! The ToolCall pipeline end to end on the real kube-apiserver: the operator (its own identity,
+//! the shipped least-privilege role) decides, waits for approvals, creates one hardened pod with
+//! its NetworkPolicy, ConfigMap and Secret per call, and records the executor's result; the node
+//! emulator (tests/support/node_emulator.rs) plays the kubelet and runs the real executor in the
+//! local sandbox.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::node_emulator::{self, NodeConfig};
+use support::{have_cluster, kubectl, ok, operator_log, prepare, root, start_operator};
+
+const CANARY: &str = "canary-cluster-credential-4c1d";
+
+fn tool(ns: &str, name: &str, argv: &str, approval: &str, binding: Option<&str>) -> String {
+    let binding = binding
+        .map(|b| format!("  credentialBindingRef: {{name: {b}}}\n"))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  canonicalName: {name}
+  version: "1.0.0"
+  source: {{type: cli, packageName: coreutils}}
+  description:
+    summary: A tool for the operator's end-to-end tests.
+    useWhen: ["testing toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {{actionTypes: [execute], domains: [test]}}
+  schemas:
+    inputSchema:
+      type: object
+      additionalProperties: false
+      properties:
+        msg: {{type: string, maxLength: 64}}
+        seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
+  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: true, reversible: true, dryRunSupported: false}}
+  risk: {{level: low, destructive: false, openWorld: false}}
+  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
+  sandboxPolicyRef: {{name: read-only}}
+{binding}  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
+  execution: {{adapter: cli, argv: {argv}, timeoutMs: 20000}}
+  provenance: {{trustLevel: first_party}}
+"#
+    )
+}
+
+fn call(ns: &str, name: &str, tool: &str, args: &str, principal_ns: &str) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolCall
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  toolRef: {{name: {tool}}}
+  principal: system:serviceaccount:{principal_ns}:fixer
+  args: {args}
+  intent: {{userGoal: test the operator, currentTask: run {tool}, actionType: execute, rationaleSummary: end-to-end test}}
+"#
+    )
+}
+
+struct Cluster {
+    ns: String,
+    _operator: support::Operator,
+    emulator: node_emulator::NodeEmulator,
+    _secrets: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- objects in {} ---\n{}",
+                self.ns,
+                kubectl(
+                    &[
+                        "get",
+                        "toolgate,pods,secrets,configmaps,networkpolicies,events",
+                        "-n",
+                        &self.ns,
+                        "-o",
+                        "wide"
+                    ],
+                    None
+                )
+                .1
+            );
+            eprintln!("--- operator log ---\n{}", operator_log());
+        }
+    }
+}
+
+fn cluster(prefix: &str) -> Option<Cluster> {
+    if !have_cluster() {
+        return None;
+    }
+    let ns = prepare(prefix);
+    let mut docs: Vec<String> = [
+        "examples/sandbox-policies.yaml",
+        "examples/credential-bindings.yaml",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(root().join(f)).expect("read"))
+    .collect();
+    docs.push(tool(
+        "team-a",
+        "test.echo",
+        "[echo, \"{{msg}}\"]",
+        "never",
+        None,
+    ));
+    docs.push(tool(
+        "team-a",
+        "test.sleep",
+        "[sleep, \"{{seconds}}\"]",
+        "never",
+        None,
+    ));
+    docs.push(tool(
+        "team-a",
+        "test.gated",
+        "[echo, \"{{msg}}\"]",
+        "always",
+        None,
+    ));
+    docs.push(tool(
+        "team-a",
+        "test.secret",
+        "[cat, /var/run/toolgate/credentials/github-token]",
+        "never",
+        Some("github-issues-bot"),
+    ));
+    docs.push("apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {name: tests, namespace: team-a}\nspec:\n  subjects: [{kind: ServiceAccount, name: fixer, namespace: team-a}]\n  tools: {names: [test.echo, test.sleep, test.gated, test.secret]}\n  scopes: [\"workspace:read\"]\n".into());
+    let yaml = docs
+        .join("\n---\n")
+        .replace("namespace: team-a", &format!("namespace: {ns}"));
+    ok(&["apply", "-f", "-"], Some(&yaml));
+    let secrets = tempfile::tempdir().expect("secrets");
+    let path = secrets.path().join("secrets.yaml");
+    std::fs::write(
+        &path,
+        format!("secret/team-a/github-issues-bot: {{token: {CANARY}}}\n"),
+    )
+    .expect("secrets");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
+    let operator = start_operator(
+        &ns,
+        &[
+            "--secrets",
+            &path.display().to_string(),
+            "--keep-failed-pods-seconds",
+            "0",
+        ],
+    );
+    let emulator = node_emulator::start(NodeConfig {
+        namespace: ns.clone(),
+        executor: node_emulator::executor_binary(),
+        shared: vec![artifacts],
+    });
+    Some(Cluster {
+        ns,
+        _operator: operator,
+        emulator,
+        _secrets: secrets,
+    })
+}
+
+fn jsonpath(ns: &str, object: &str, path: &str) -> String {
+    kubectl(
+        &["get", object, "-n", ns, "-o", &format!("jsonpath={path}")],
+        None,
+    )
+    .1
+}
+
+fn wait_for(ns: &str, object: &str, path: &str, want: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = jsonpath(ns, object, path);
+        if want.contains(&got.as_str()) {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{object} {path}: expected one of {want:?}, last saw {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn children(ns: &str, call: &str) -> String {
+    kubectl(
+        &[
+            "get",
+            "pods,secrets,configmaps,networkpolicies",
+            "-n",
+            ns,
+            "-l",
+            &format!("toolgate.dev/call={call}"),
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .1
+}
+
+#[test]
+fn a_call_runs_in_its_own_pod_and_reports_in_status() {
+    let Some(c) = cluster("tg-calls") else { return };
+    let ns = &c.ns;
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "echo-1", "test.echo", "{msg: hello}", ns)),
+    );
+    wait_for(ns, "toolcall/echo-1", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(ns, "toolcall/echo-1", "{.status.result.outputPreview}"),
+        "hello\n"
+    );
+    let types = jsonpath(ns, "toolcall/echo-1", "{.status.conditions[*].type}");
+    assert_eq!(
+        types,
+        "ToolCallRequested ArgsValidated PolicyChecked SandboxPrepared CredentialsBound Started Finished ResultValidated ArtifactPersisted StateUpdated"
+    );
+    // kubectl wait and describe show what a user expects.
+    ok(
+        &[
+            "wait",
+            "--for=condition=Finished",
+            "toolcall/echo-1",
+            "-n",
+            ns,
+            "--timeout=30s",
+        ],
+        None,
+    );
+    let described = ok(&["describe", "toolcall", "echo-1", "-n", ns], None);
+    assert!(
+        described.contains("PodCreated") && described.contains("Completed"),
+        "{described}"
+    );
+    let row = ok(&["get", "toolcall", "echo-1", "-n", ns], None);
+    assert!(row.contains("Succeeded") && row.contains("allow"), "{row}");
+    // Children are gone once the result is recorded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !children(ns, "echo-1").trim().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "children left: {}",
+            children(ns, "echo-1")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let ran = c.emulator.ran.lock().expect("lock").clone();
+    assert_eq!(
+        ran.keys().filter(|(n, _)| n == "tg-echo-1").count(),
+        1,
+        "exactly one pod: {ran:?}"
+    );
+}
+
+#[test]
+fn denied_and_invalid_calls_create_no_pod() {
+    let Some(c) = cluster("tg-denied") else {
+        return;
+    };
+    let ns = &c.ns;
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "nobody", "test.echo", "{msg: hi}", "elsewhere")),
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(
+            ns,
+            "bad-args",
+            "test.echo",
+            "{msg: hi, extra: 1}",
+            ns,
+        )),
+    );
+    wait_for(ns, "toolcall/nobody", "{.status.phase}", &["Denied"]);
+    wait_for(ns, "toolcall/bad-args", "{.status.phase}", &["Denied"]);
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/bad-args",
+            "{.status.conditions[?(@.type==\"ArgsValidated\")].reason}"
+        ),
+        "ArgsInvalid"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(children(ns, "nobody").trim(), "");
+    assert_eq!(children(ns, "bad-args").trim(), "");
+    assert!(c.emulator.ran.lock().expect("lock").is_empty());
+}
+
+#[test]
+fn an_approval_bound_to_the_call_lets_it_run_once() {
+    let Some(c) = cluster("tg-approve") else {
+        return;
+    };
+    let ns = &c.ns;
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "gated-1", "test.gated", "{msg: approved}", ns)),
+    );
+    wait_for(
+        ns,
+        "toolcall/gated-1",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    let args = jsonpath(ns, "toolcall/gated-1", "{.status.argsDigest}");
+    let tool = jsonpath(ns, "toolcall/gated-1", "{.status.toolDigest}");
+    let approval = |name: &str, args: &str| {
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolApproval\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  callRef: {{name: gated-1}}\n  argsDigest: \"{args}\"\n  toolDigest: \"{tool}\"\n  riskTier: L1\n  scopes: [\"workspace:read\"]\n  principal: system:serviceaccount:{ns}:fixer\n  approver: alice@example.com\n  decision: allowOnce\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
+        )
+    };
+    // An approval of other args does not bind: the call keeps waiting and no pod appears.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&approval(
+            "wrong-args",
+            &format!("sha256:{}", "0".repeat(64)),
+        )),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        jsonpath(ns, "toolcall/gated-1", "{.status.phase}"),
+        "AwaitingApproval"
+    );
+    assert_eq!(children(ns, "gated-1").trim(), "");
+    ok(&["apply", "-f", "-"], Some(&approval("right", &args)));
+    wait_for(ns, "toolcall/gated-1", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/gated-1",
+            "{.status.authorization.approvalRef.name}"
+        ),
+        "right"
+    );
+    assert_eq!(
+        jsonpath(ns, "toolcall/gated-1", "{.status.result.outputPreview}"),
+        "approved\n"
+    );
+    wait_for(ns, "toolapproval/right", "{.status.state}", &["Consumed"]);
+}
+
+#[test]
+fn the_credential_reaches_the_pod_as_a_file_and_nothing_else() {
+    let Some(c) = cluster("tg-secret") else {
+        return;
+    };
+    let ns = &c.ns;
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "secret-1", "test.secret", "{}", ns)),
+    );
+    wait_for(
+        ns,
+        "toolcall/secret-1",
+        "{.status.phase}",
+        &["Succeeded", "Failed"],
+    );
+    let status = jsonpath(ns, "toolcall/secret-1", "{.status}");
+    assert!(
+        !status.contains(CANARY),
+        "the credential reached status: {status}"
+    );
+    assert!(
+        status.contains("github-issues-bot"),
+        "the binding is named: {status}"
+    );
+    let events = ok(&["get", "events", "-n", ns, "-o", "yaml"], None);
+    assert!(!events.contains(CANARY), "the credential reached an event");
+    assert_eq!(
+        jsonpath(ns, "toolcall/secret-1", "{.status.phase}"),
+        "Succeeded",
+        "{status}"
+    );
+    // The executor read the file (it redacts the value it was given).
+    assert!(
+        jsonpath(ns, "toolcall/secret-1", "{.status.result.outputPreview}").contains("REDACTED")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kubectl(&["get", "secret", "tg-secret-1", "-n", ns], None).0 {
+        assert!(
+            Instant::now() < deadline,
+            "the credential Secret outlived its call"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        !operator_log().contains(CANARY),
+        "the credential reached the operator's log"
+    );
+}
+
+#[test]
+fn a_restarted_operator_never_makes_a_second_pod_and_deleting_a_call_cleans_up() {
+    let Some(mut c) = cluster("tg-restart") else {
+        return;
+    };
+    let ns = c.ns.clone();
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(&ns, "sleepy", "test.sleep", "{seconds: \"4\"}", &ns)),
+    );
+    wait_for(&ns, "toolcall/sleepy", "{.status.phase}", &["Running"]);
+    let uid = jsonpath(&ns, "pod/tg-sleepy", "{.metadata.uid}");
+    // SIGKILL the operator mid-call and start another.
+    drop(std::mem::replace(
+        &mut c._operator,
+        start_operator(&ns, &["--keep-failed-pods-seconds", "0"]),
+    ));
+    wait_for(&ns, "toolcall/sleepy", "{.status.phase}", &["Succeeded"]);
+    let ran = c.emulator.ran.lock().expect("lock").clone();
+    let pods: Vec<_> = ran.keys().filter(|(n, _)| n == "tg-sleepy").collect();
+    assert_eq!(pods.len(), 1, "one pod per call: {ran:?}");
+    assert_eq!(pods[0].1, uid);
+
+    // Deleting a running call removes its children through the finalizer.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(&ns, "doomed", "test.sleep", "{seconds: \"30\"}", &ns)),
+    );
+    wait_for(&ns, "toolcall/doomed", "{.status.phase}", &["Running"]);
+    ok(
+        &[
+            "delete",
+            "toolcall",
+            "doomed",
+            "-n",
+            &ns,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !children(&ns, "doomed").trim().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "children left: {}",
+            children(&ns, "doomed")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

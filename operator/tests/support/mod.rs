@@ -1,0 +1,170 @@
+//! Test infrastructure shared by the operator's suites: kubectl against the test control plane
+//! (tests/cluster), namespaces, the operator process, and the node emulator.
+#![allow(dead_code, reason = "each suite uses a part")]
+
+pub mod node_emulator;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the operator's log goes: a file per process under the temp dir, printed on failure.
+pub fn log_file() -> Stdio {
+    let path = std::env::temp_dir().join(format!("toolgate-operator-{}.log", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::null(),
+    }
+}
+
+/// The operator's log so far.
+pub fn operator_log() -> String {
+    std::fs::read_to_string(
+        std::env::temp_dir().join(format!("toolgate-operator-{}.log", std::process::id())),
+    )
+    .unwrap_or_default()
+}
+
+/// A running operator process; killed when dropped.
+pub struct Operator(pub Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let kubectl = std::env::var_os("TOOLGATE_KUBECTL").expect("TOOLGATE_KUBECTL");
+    let mut child = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(std::env::var_os("TOOLGATE_KUBECONFIG").expect("TOOLGATE_KUBECONFIG"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let (Some(t), Some(mut p)) = (stdin, child.stdin.take()) {
+        p.write_all(t.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn ok(args: &[&str], stdin: Option<&str>) -> String {
+    let (success, out, err) = kubectl(args, stdin);
+    assert!(success, "kubectl {args:?}: {err}");
+    out
+}
+
+/// Poll a jsonpath until it equals `want`.
+pub fn eventually(ns: &str, object: &str, jsonpath: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = kubectl(
+            &[
+                "get",
+                object,
+                "-n",
+                ns,
+                "-o",
+                &format!("jsonpath={jsonpath}"),
+            ],
+            None,
+        )
+        .1;
+        if last == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!("{object} {jsonpath}: expected {want:?}, last saw {last:?}");
+}
+
+/// Whether a real API server is there; in CI its absence is a failure, never a skip.
+pub fn have_cluster() -> bool {
+    if std::env::var_os("TOOLGATE_KUBECONFIG").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no API server: CI runs this suite through tests/run.sh"
+    );
+    eprintln!("skipping: run tests/run.sh to start a real kube-apiserver");
+    false
+}
+
+/// CRDs and the operator's ClusterRole installed, and a fresh namespace.
+pub fn prepare(prefix: &str) -> String {
+    ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=toolgate-tests",
+            "-f",
+            &root().join("crds/generated").display().to_string(),
+        ],
+        None,
+    );
+    ok(
+        &[
+            "apply",
+            "-f",
+            &root()
+                .join("operator/deploy/rbac.yaml")
+                .display()
+                .to_string(),
+        ],
+        None,
+    );
+    let ns = format!(
+        "{prefix}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    ok(&["create", "namespace", &ns], None);
+    ns
+}
+
+/// The operator binary for one namespace, running as its own identity (the shipped
+/// least-privilege role) until dropped; `extra` adds arguments.
+pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
+    let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
+    Operator(
+        Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+            .args(["--context", "operator", "--namespace", namespace])
+            .arg("--artifacts-dir")
+            .arg(&artifacts)
+            .args(extra)
+            .env(
+                "KUBECONFIG",
+                std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig"),
+            )
+            .stdout(Stdio::null())
+            .stderr(log_file())
+            .spawn()
+            .expect("operator"),
+    )
+}
