@@ -70,6 +70,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Configuration.
     pub config: CallConfig,
+    /// Metrics.
+    pub metrics: Arc<crate::ops::Metrics>,
     /// Consecutive failures per call, for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolCall>, u32>>,
 }
@@ -226,6 +228,30 @@ impl Context {
                 &Patch::Apply(&patch),
             )
             .await?;
+        for s in steps {
+            if let Some(phase) = s.phase {
+                self.metrics
+                    .call_phases
+                    .get_or_create(&crate::ops::PhaseLabels {
+                        phase: toolgate_core::call_state::phase_name(Some(phase)).into(),
+                    })
+                    .inc();
+            }
+            if s.kind == toolgate_crds::conditions::POLICY_CHECKED
+                && let Some(a) = &status.authorization
+            {
+                self.metrics
+                    .decisions
+                    .get_or_create(&crate::ops::DecisionLabels {
+                        decision: serde_json::to_value(a.decision)
+                            .ok()
+                            .and_then(|v| v.as_str().map(String::from))
+                            .unwrap_or_default(),
+                        tier: a.risk_tier.to_string(),
+                    })
+                    .inc();
+            }
+        }
         let reference = call.object_ref(&());
         for s in steps {
             let event = Event {
@@ -253,6 +279,7 @@ async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<Action, Err
         .namespace()
         .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
     let key = ObjectRef::from_obj(&*call);
+    let began = std::time::Instant::now();
     let api = Api::<ToolCall>::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, call, |event| async {
         match event {
@@ -265,6 +292,8 @@ async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<Action, Err
     })
     .await
     .map_err(|e| Error::Finalizer(e.to_string()));
+    ctx.metrics
+        .observe("toolcall", result.is_ok(), began.elapsed());
     if result.is_ok()
         && let Ok(mut f) = ctx.failures.lock()
     {
@@ -799,11 +828,40 @@ fn error_policy(call: Arc<ToolCall>, error: &Error, ctx: Arc<Context>) -> Action
 }
 
 /// Run the controller until shutdown.
-pub async fn run(client: Client, config: CallConfig, scope: crate::scope::Scope) {
+pub async fn run(
+    client: Client,
+    config: CallConfig,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::ops::Metrics>,
+    health: Arc<crate::ops::Health>,
+) {
     let calls = scope.api::<ToolCall>(&client);
     let controller = Controller::new(calls, watcher::Config::default());
     let store = controller.store();
     let by_descriptor = store.clone();
+    // Ready once the calls' cache has synced (and, before this runs, the lease is held).
+    let synced = store.clone();
+    tokio::spawn(async move {
+        // Polled again and again: the store's readiness signal wakes only its latest waiter, and
+        // the controller waits on it too.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(250), synced.wait_until_ready()).await
+            {
+                Ok(Ok(())) => {
+                    health
+                        .ready
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::info!("ToolCall cache synced; ready");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "the ToolCall cache never synced");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -848,6 +906,7 @@ pub async fn run(client: Client, config: CallConfig, scope: crate::scope::Scope)
                 client,
                 recorder,
                 config,
+                metrics,
                 failures: Default::default(),
             }),
         )

@@ -14,6 +14,7 @@ mod build;
 mod call;
 mod descriptor;
 mod grant;
+mod ops;
 mod scope;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
@@ -64,6 +65,21 @@ struct Args {
     /// Watch only this namespace (a namespace-scoped install); default: all namespaces.
     #[arg(long)]
     namespace: Option<String>,
+    /// Address of `/metrics`, `/livez` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    health_addr: std::net::SocketAddr,
+    /// Run without leader election (one replica only).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else toolgate-system).
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "toolgate-operator")]
+    lease_name: String,
+    /// How long a Lease holds without renewal, in seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
     /// Seconds a failed call's pod is kept for debugging.
     #[arg(long, default_value_t = 600)]
     keep_failed_pods_seconds: u64,
@@ -143,11 +159,35 @@ fn main() -> ExitCode {
             eprintln!("toolgate-operator: cannot list ToolDescriptors ({e}); are the CRDs installed? kubectl apply -f crds/generated/");
             return ExitCode::from(1);
         }
+        let metrics = std::sync::Arc::new(ops::Metrics::default());
+        let health = std::sync::Arc::new(ops::Health::default());
+        tokio::spawn(ops::serve(args.health_addr, metrics.clone(), health.clone()));
+        if !args.no_leader_election {
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "toolgate-operator".into()), std::process::id())
+            });
+            let namespace = args
+                .lease_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "toolgate-system".into());
+            tracing::info!(%identity, lease = %args.lease_name, %namespace, "waiting to lead");
+            ops::lead(
+                client.clone(),
+                ops::LeaseConfig {
+                    namespace,
+                    name: args.lease_name.clone(),
+                    identity,
+                    duration: std::time::Duration::from_secs(args.lease_duration_seconds.max(3)),
+                },
+            )
+            .await;
+        }
         tracing::info!("toolgate-operator started");
         tokio::join!(
             descriptor::run(client.clone(), scope.clone()),
             grant::run(client.clone(), scope.clone()),
-            call::run(client, config, scope)
+            call::run(client, config, scope, metrics, health)
         );
         ExitCode::SUCCESS
     })

@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::node_emulator::{self, NodeConfig};
-use support::{have_cluster, kubectl, ok, operator_log, prepare, root, start_operator};
+use support::{have_cluster, http_get, kubectl, ok, operator_log, prepare, root, start_operator};
 
 const CANARY: &str = "canary-cluster-credential-4c1d";
 
@@ -456,4 +456,94 @@ fn a_restarted_operator_never_makes_a_second_pod_and_deleting_a_call_cleans_up()
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+#[test]
+fn health_metrics_and_leader_election() {
+    let Some(mut c) = cluster("tg-ops") else {
+        return;
+    };
+    let ns = c.ns.clone();
+    let first = c._operator.health_port;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http_get(first, "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "the operator never became ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(http_get(first, "/livez").0, 200);
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(&ns, "counted", "test.echo", "{msg: one}", &ns)),
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(
+            &ns,
+            "refused",
+            "test.echo",
+            "{msg: one}",
+            "elsewhere",
+        )),
+    );
+    wait_for(&ns, "toolcall/counted", "{.status.phase}", &["Succeeded"]);
+    wait_for(&ns, "toolcall/refused", "{.status.phase}", &["Denied"]);
+    let (code, metrics) = http_get(first, "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("toolgate_call_phase_transitions_total{phase=\"Succeeded\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("toolgate_call_decisions_total{decision=\"deny\",tier=\"L1\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "toolgate_reconcile_duration_seconds_count{controller=\"toolcall\",result=\"ok\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("counted") && !metrics.contains(&ns),
+        "no unbounded labels"
+    );
+
+    // A second replica waits on the lease and is not ready; it takes over when the first dies.
+    let standby = start_operator(&ns, &[]);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        http_get(standby.health_port, "/readyz").0,
+        503,
+        "two leaders"
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(&ns, "during", "test.echo", "{msg: two}", &ns)),
+    );
+    wait_for(&ns, "toolcall/during", "{.status.phase}", &["Succeeded"]);
+    drop(std::mem::replace(&mut c._operator, standby));
+    let second = c._operator.health_port;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(second, "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "the standby never took over");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(&ns, "after", "test.echo", "{msg: three}", &ns)),
+    );
+    wait_for(&ns, "toolcall/after", "{.status.phase}", &["Succeeded"]);
+    let holder = ok(
+        &[
+            "get",
+            "lease",
+            &format!("toolgate-operator-{ns}"),
+            "-n",
+            "toolgate-system",
+            "-o",
+            "jsonpath={.spec.leaseTransitions}",
+        ],
+        None,
+    );
+    assert_eq!(holder, "1", "one transition: the standby took over once");
 }

@@ -30,13 +30,48 @@ pub fn operator_log() -> String {
     .unwrap_or_default()
 }
 
-/// A running operator process; killed when dropped.
-pub struct Operator(pub Child);
+/// A running operator process; killed (SIGKILL) when dropped.
+pub struct Operator {
+    /// The process.
+    pub child: Child,
+    /// Port of its `/metrics`, `/livez`, `/readyz` on 127.0.0.1.
+    pub health_port: u16,
+}
+
+/// A free port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `GET path` on loopback: (status code, body); (0, "") when nothing answers.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (code, body)
+}
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -152,19 +187,24 @@ pub fn prepare(prefix: &str) -> String {
 /// least-privilege role) until dropped; `extra` adds arguments.
 pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
     let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
-    Operator(
-        Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
-            .args(["--context", "operator", "--namespace", namespace])
-            .arg("--artifacts-dir")
-            .arg(&artifacts)
-            .args(extra)
-            .env(
-                "KUBECONFIG",
-                std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig"),
-            )
-            .stdout(Stdio::null())
-            .stderr(log_file())
-            .spawn()
-            .expect("operator"),
-    )
+    let health_port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+        .args(["--context", "operator", "--namespace", namespace])
+        .arg("--artifacts-dir")
+        .arg(&artifacts)
+        .arg("--health-addr")
+        .arg(format!("127.0.0.1:{health_port}"))
+        .arg("--lease-name")
+        .arg(format!("toolgate-operator-{namespace}"))
+        .args(["--lease-duration-seconds", "3"])
+        .args(extra)
+        .env(
+            "KUBECONFIG",
+            std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig"),
+        )
+        .stdout(Stdio::null())
+        .stderr(log_file())
+        .spawn()
+        .expect("operator");
+    Operator { child, health_port }
 }
