@@ -547,3 +547,240 @@ fn health_metrics_and_leader_election() {
     );
     assert_eq!(holder, "1", "one transition: the standby took over once");
 }
+
+/// The scenario through kubectl, each person as themselves: the agent proposes (admission checks
+/// the principal), cannot approve, read Secrets or pod logs; the reviewer approves; the operator
+/// runs the call.
+#[test]
+fn agents_and_reviewers_act_through_kubectl_as_themselves() {
+    let Some(c) = cluster("tg-people") else {
+        return;
+    };
+    let ns = &c.ns;
+    ok(
+        &[
+            "apply",
+            "-f",
+            &root()
+                .join("crds/admission/identity.yaml")
+                .display()
+                .to_string(),
+        ],
+        None,
+    );
+    let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
+        .expect("rbac")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
+        // The agent's identity stays system:serviceaccount:team-a:fixer.
+        .replace(
+            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
+            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
+        );
+    ok(&["apply", "-f", "-"], Some(&rbac));
+    // The real agent identity is system:serviceaccount:team-a:fixer: grant it the tools here.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: agent, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n  tools: {{names: [test.gated]}}\n  scopes: [\"workspace:read\"]\n"
+        )),
+    );
+    let as_agent = |args: &[&str], stdin: Option<&str>| {
+        let mut a = vec!["--context", "agent"];
+        a.extend_from_slice(args);
+        kubectl(&a, stdin)
+    };
+    let proposal = call(
+        ns,
+        "by-agent",
+        "test.gated",
+        "{msg: from the agent}",
+        "team-a",
+    );
+    // RBAC and admission take a moment to apply; retry the proposal until it is accepted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (created, _, err) = as_agent(&["create", "-f", "-"], Some(&proposal));
+        if created {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent could not propose: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for(
+        ns,
+        "toolcall/by-agent",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    let spoofed = call(ns, "spoofed", "test.gated", "{msg: x}", "other");
+    let (created, _, err) = as_agent(&["create", "-f", "-"], Some(&spoofed));
+    assert!(
+        !created && err.contains("spec.principal must be your own identity"),
+        "{err}"
+    );
+    for forbidden in [
+        vec!["get", "secrets", "-n", ns.as_str()],
+        vec!["get", "pods", "-n", ns.as_str()],
+        vec!["logs", "tg-by-agent", "-n", ns.as_str()],
+        vec!["create", "-f", "-"],
+    ] {
+        let approval_doc = format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolApproval\nmetadata: {{name: self, namespace: {ns}}}\nspec: {{callRef: {{name: by-agent}}, argsDigest: \"sha256:{z}\", toolDigest: \"sha256:{z}\", riskTier: L1, principal: \"system:serviceaccount:team-a:fixer\", approver: \"system:serviceaccount:team-a:fixer\", decision: allowOnce, expiresAt: \"2099-01-01T00:00:00Z\"}}\n",
+            z = "0".repeat(64)
+        );
+        let stdin = (forbidden[0] == "create").then_some(approval_doc.as_str());
+        let (allowed, _, err) = as_agent(&forbidden, stdin);
+        assert!(!allowed, "the agent could {forbidden:?}");
+        assert!(
+            err.contains("forbidden") || err.contains("Forbidden"),
+            "{forbidden:?}: {err}"
+        );
+    }
+    // The reviewer approves exactly what the call shows, as alice.
+    let args = jsonpath(ns, "toolcall/by-agent", "{.status.argsDigest}");
+    let tool = jsonpath(ns, "toolcall/by-agent", "{.status.toolDigest}");
+    let approval = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolApproval\nmetadata: {{name: by-alice, namespace: {ns}}}\nspec:\n  callRef: {{name: by-agent}}\n  argsDigest: \"{args}\"\n  toolDigest: \"{tool}\"\n  riskTier: L1\n  scopes: [\"workspace:read\"]\n  principal: system:serviceaccount:team-a:fixer\n  approver: alice@example.com\n  decision: allowOnce\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
+    );
+    let (approved, _, err) = kubectl(
+        &["--context", "reviewer", "create", "-f", "-"],
+        Some(&approval),
+    );
+    assert!(approved, "{err}");
+    wait_for(ns, "toolcall/by-agent", "{.status.phase}", &["Succeeded"]);
+    let (read, out, _) = as_agent(
+        &[
+            "get",
+            "toolcall",
+            "by-agent",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.result.outputPreview}",
+        ],
+        None,
+    );
+    assert!(read);
+    assert_eq!(out, "from the agent\n");
+}
+
+/// The operator SIGKILLed at random moments while 50 calls run: every call finishes, exactly one
+/// pod per call ever ran, and no Secret outlives its call.
+#[test]
+fn fifty_calls_survive_an_operator_killed_at_random() {
+    let Some(mut c) = cluster("tg-chaos") else {
+        return;
+    };
+    let ns = c.ns.clone();
+    let names: Vec<String> = (0..50).map(|i| format!("chaos-{i:02}")).collect();
+    let docs: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if i % 5 == 0 {
+                call(&ns, n, "test.secret", "{}", &ns)
+            } else {
+                call(&ns, n, "test.echo", &format!("{{msg: \"{n}\"}}"), &ns)
+            }
+        })
+        .collect();
+    ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
+    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64;
+    let mut random = move |range: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % range
+    };
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut kills = 0;
+    loop {
+        let phases = ok(
+            &[
+                "get",
+                "toolcalls",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ],
+            None,
+        );
+        let done = phases
+            .split_whitespace()
+            .filter(|p| *p == "Succeeded" || *p == "Failed")
+            .count();
+        if done == names.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of 50 calls finished: {phases}"
+        );
+        std::thread::sleep(Duration::from_millis(200 + random(1500)));
+        if kills < 8 {
+            drop(std::mem::replace(
+                &mut c._operator,
+                start_operator(
+                    &ns,
+                    &[
+                        "--secrets",
+                        &c._secrets.path().join("secrets.yaml").display().to_string(),
+                        "--keep-failed-pods-seconds",
+                        "0",
+                    ],
+                ),
+            ));
+            kills += 1;
+        }
+    }
+    assert!(kills >= 3, "the operator was killed only {kills} times");
+    let phases = ok(
+        &[
+            "get",
+            "toolcalls",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.items[*].status.phase}",
+        ],
+        None,
+    );
+    assert_eq!(
+        phases
+            .split_whitespace()
+            .filter(|p| *p == "Succeeded")
+            .count(),
+        50,
+        "{phases}"
+    );
+    let ran = c.emulator.ran.lock().expect("lock").clone();
+    for n in &names {
+        let pods = ran.keys().filter(|(p, _)| *p == format!("tg-{n}")).count();
+        assert_eq!(pods, 1, "{n} ran in {pods} pods");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = ok(
+            &[
+                "get",
+                "secrets,pods",
+                "-n",
+                &ns,
+                "-l",
+                "toolgate.dev/call",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        if left.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
