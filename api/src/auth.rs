@@ -30,10 +30,11 @@ impl Caller {
     }
 }
 
-/// Turns a bearer token into a caller.
+/// Turns a bearer token into a caller: a local tokens file, or Kubernetes TokenReview.
+#[tonic::async_trait]
 pub trait Authenticator: Send + Sync + 'static {
     /// The caller a token belongs to, or `None`.
-    fn authenticate(&self, token: &str) -> Option<Caller>;
+    async fn authenticate(&self, token: &str) -> Option<Caller>;
 }
 
 /// One entry of a tokens file.
@@ -109,9 +110,17 @@ impl TokenFile {
     }
 }
 
-impl Authenticator for TokenFile {
-    fn authenticate(&self, token: &str) -> Option<Caller> {
+impl TokenFile {
+    /// The caller a token belongs to.
+    pub fn lookup(&self, token: &str) -> Option<Caller> {
         self.by_digest.get(&digest(token)).cloned()
+    }
+}
+
+#[tonic::async_trait]
+impl Authenticator for TokenFile {
+    async fn authenticate(&self, token: &str) -> Option<Caller> {
+        self.lookup(token)
     }
 }
 
@@ -125,12 +134,12 @@ mod tests {
             "- {token: aaaaaaaaaaaaaaaaaaaa, principal: 'system:serviceaccount:team-a:fixer'}\n- {token: bbbbbbbbbbbbbbbbbbbb, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}\n",
         )
         .expect("parsed");
-        let fixer = f.authenticate("aaaaaaaaaaaaaaaaaaaa").expect("fixer");
+        let fixer = f.lookup("aaaaaaaaaaaaaaaaaaaa").expect("fixer");
         assert_eq!(fixer.name(), "system:serviceaccount:team-a:fixer");
         assert!(!fixer.approves_in("team-a"));
-        let alice = f.authenticate("bbbbbbbbbbbbbbbbbbbb").expect("alice");
+        let alice = f.lookup("bbbbbbbbbbbbbbbbbbbb").expect("alice");
         assert!(alice.approves_in("team-a") && !alice.approves_in("team-b"));
-        assert!(f.authenticate("nope").is_none());
+        assert!(f.lookup("nope").is_none());
     }
 
     #[test]
@@ -160,7 +169,7 @@ mod properties {
         fn unknown_tokens_fail(token in "\\PC{0,64}") {
             let f = TokenFile::parse("- {token: aaaaaaaaaaaaaaaaaaaa, principal: x}").expect("file");
             prop_assume!(token != "aaaaaaaaaaaaaaaaaaaa");
-            prop_assert!(f.authenticate(&token).is_none());
+            prop_assert!(f.lookup(&token).is_none());
         }
     }
 }

@@ -3,6 +3,7 @@
 //! live here.
 
 pub mod auth;
+pub mod convert;
 pub mod error;
 pub mod service;
 

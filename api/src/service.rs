@@ -66,7 +66,7 @@ impl<B: Backend> Service<B> {
         Service { backend, auth }
     }
 
-    fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+    async fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
         let header = req
             .metadata()
             .get("authorization")
@@ -80,7 +80,7 @@ impl<B: Backend> Service<B> {
         let token = header.strip_prefix("Bearer ").ok_or_else(|| {
             ApiError::Unauthenticated("authorization: expected `Bearer <token>`".into())
         })?;
-        self.auth.authenticate(token.trim()).ok_or_else(|| {
+        self.auth.authenticate(token.trim()).await.ok_or_else(|| {
             Status::from(ApiError::Unauthenticated(
                 "the bearer token is not known".into(),
             ))
@@ -100,7 +100,7 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<GetToolViewRequest>,
     ) -> Result<Response<ToolView>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.view(&caller, req.into_inner()).await?,
         ))
@@ -110,14 +110,14 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<ProposeCallRequest>,
     ) -> Result<Response<Call>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.propose(&caller, req.into_inner()).await?,
         ))
     }
 
     async fn get_call(&self, req: Request<GetCallRequest>) -> Result<Response<Call>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.get(&caller, &req.into_inner().id).await?,
         ))
@@ -127,7 +127,7 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<ListCallsRequest>,
     ) -> Result<Response<ListCallsResponse>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.list(&caller, req.into_inner()).await?,
         ))
@@ -139,13 +139,13 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<WatchCallRequest>,
     ) -> Result<Response<Self::WatchCallStream>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         let s = self.backend.watch(&caller, &req.into_inner().id).await?;
         Ok(Response::new(stream(s)))
     }
 
     async fn cancel_call(&self, req: Request<CancelCallRequest>) -> Result<Response<Call>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.cancel(&caller, req.into_inner()).await?,
         ))
@@ -155,14 +155,14 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<ApproveCallRequest>,
     ) -> Result<Response<Call>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.approve(&caller, req.into_inner()).await?,
         ))
     }
 
     async fn deny_call(&self, req: Request<DenyCallRequest>) -> Result<Response<Call>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.deny(&caller, req.into_inner()).await?,
         ))
@@ -172,7 +172,7 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<ExplainCallRequest>,
     ) -> Result<Response<Explanation>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         Ok(Response::new(
             self.backend.explain(&caller, &req.into_inner().id).await?,
         ))
@@ -185,7 +185,7 @@ impl<B: Backend> Toolgate for Service<B> {
         &self,
         req: Request<GetArtifactRequest>,
     ) -> Result<Response<Self::GetArtifactStream>, Status> {
-        let caller = self.caller(&req)?;
+        let caller = self.caller(&req).await?;
         let s = self.backend.artifact(&caller, req.into_inner()).await?;
         Ok(Response::new(stream(s)))
     }

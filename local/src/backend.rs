@@ -20,80 +20,13 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 
 /// A record as the API returns it.
 pub fn call_message(rec: &CallRecord) -> pb::Call {
-    let s = &rec.status;
-    let auth = s.authorization.as_ref();
-    let result = s.result.as_ref();
-    pb::Call {
-        id: rec.id.clone(),
-        namespace: rec.namespace.clone(),
-        tool: rec.spec.tool_ref.name.clone(),
-        tool_digest: s
-            .tool_digest
-            .clone()
-            .or_else(|| rec.spec.tool_ref.digest.clone())
-            .unwrap_or_default(),
-        principal: rec.spec.principal.clone(),
-        phase: phase_name(s.phase).into(),
-        decision: auth
-            .map(|a| match a.decision {
-                toolgate_crds::DecisionOutcome::Allow => "allow",
-                toolgate_crds::DecisionOutcome::RequireApproval => "requireApproval",
-                toolgate_crds::DecisionOutcome::Deny => "deny",
-            })
-            .unwrap_or_default()
-            .into(),
-        reasons: auth
-            .map(|a| {
-                a.reasons
-                    .iter()
-                    .map(|r| pb::Reason {
-                        code: r.code.clone(),
-                        message: r.message.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        args_digest: s.args_digest.clone().unwrap_or_default(),
-        risk_tier: auth.map(|a| a.risk_tier.to_string()).unwrap_or_default(),
-        conditions: s
-            .conditions
-            .iter()
-            .map(|c| pb::Condition {
-                r#type: c.type_.clone(),
-                status: format!("{:?}", c.status),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-                last_transition_time: c.last_transition_time.to_string(),
-            })
-            .collect(),
-        output_preview: result
-            .and_then(|r| r.output_preview.clone())
-            .unwrap_or_default(),
-        artifacts: result
-            .map(|r| {
-                r.artifacts
-                    .iter()
-                    .map(|a| pb::Artifact {
-                        artifact_id: a.artifact_id.clone(),
-                        kind: serde_json::to_value(a.kind)
-                            .ok()
-                            .and_then(|v| v.as_str().map(String::from))
-                            .unwrap_or_default(),
-                        uri: a.uri.clone(),
-                        content_hash: a.content_hash.clone(),
-                        size_bytes: a.size_bytes,
-                        event_id: a.event_id.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        created_at: rec.created_at.to_string(),
-        args_json: rec.spec.args.to_string(),
-        status_json: serde_json::to_string(&rec.status).unwrap_or_default(),
-        idempotency_key: rec.spec.idempotency_key.clone().unwrap_or_default(),
-        dry_run: rec.spec.dry_run,
-        exit_code: result.and_then(|r| r.exit_code),
-    }
+    toolgate_api::convert::call_message(
+        &rec.id,
+        &rec.namespace,
+        &rec.spec,
+        &rec.status,
+        &rec.created_at.to_string(),
+    )
 }
 
 /// An event as the API returns it.
