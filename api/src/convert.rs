@@ -1,7 +1,16 @@
 //! Kubernetes-shaped call state (ToolCallSpec and ToolCallStatus) as API messages. Both backends
 //! keep a call in that shape, so they answer with the same messages.
 
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
 use toolgate_core::call_state::phase_name;
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
+use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
+
+use crate::error::ApiError;
+use crate::request::parse_action_type;
 use toolgate_crds::{ToolCallSpec, ToolCallStatus};
 use toolgate_proto::v1 as pb;
 
@@ -89,11 +98,97 @@ pub fn call_message(
     }
 }
 
-
 /// The causal-chain order of condition types, for events derived from conditions.
 pub fn chain_position(kind: &str) -> usize {
     toolgate_crds::conditions::CALL_CHAIN
         .iter()
         .position(|k| *k == kind)
         .unwrap_or(toolgate_crds::conditions::CALL_CHAIN.len())
+}
+
+fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
+    match pb::ViewFormat::try_from(f) {
+        Ok(pb::ViewFormat::Unspecified | pb::ViewFormat::Canonical) => Ok(ViewFormat::Canonical),
+        Ok(pb::ViewFormat::Openai) => Ok(ViewFormat::OpenAi),
+        Ok(pb::ViewFormat::Anthropic) => Ok(ViewFormat::Anthropic),
+        Ok(pb::ViewFormat::Mcp) => Ok(ViewFormat::Mcp),
+        Err(_) => Err(ApiError::field(
+            "format",
+            format!("expected a ViewFormat (0-4), got {f}"),
+        )),
+    }
+}
+
+/// Compile the view a principal gets for a GetToolView request, checking its fields.
+pub fn tool_view(
+    registry: &Registry,
+    namespace: &str,
+    principal: &Principal,
+    req: &pb::GetToolViewRequest,
+) -> Result<pb::ToolView, ApiError> {
+    let format = view_format(req.format)?;
+    let max_tools = match req.max_tools {
+        0 => 8,
+        n @ 1..=256 => n as usize,
+        n => {
+            return Err(ApiError::field(
+                "max_tools",
+                format!("expected 1 to 256, got {n}"),
+            ));
+        }
+    };
+    let action_type = if req.action_type.is_empty() {
+        None
+    } else {
+        Some(parse_action_type(&req.action_type).map_err(|_| {
+            ApiError::field(
+                "action_type",
+                format!(
+                    "expected an action type such as read or write, got {:?}",
+                    req.action_type
+                ),
+            )
+        })?)
+    };
+    let failures = BTreeMap::new();
+    let view = compile_view(
+        registry,
+        &ViewRequest {
+            namespace,
+            principal,
+            intent: &req.intent,
+            action_type,
+            domains: &[],
+            max_tools,
+            recent_failures: &failures,
+            explain: req.explain,
+            now: Timestamp::now(),
+        },
+    );
+    Ok(pb::ToolView {
+        exposed: view
+            .exposed
+            .iter()
+            .map(|t| pb::ExposedTool {
+                name: t.name.clone(),
+                provider_name: t.provider_name.clone(),
+                digest: t.digest.clone(),
+                risk_tier: t.tier.to_string(),
+                needs_approval: t.approval == ApprovalHint::Required,
+                reason: t.reason.clone(),
+                grant: t.grant.clone(),
+            })
+            .collect(),
+        hidden: view
+            .hidden
+            .iter()
+            .map(|h| pb::HiddenTool {
+                name: h.name.clone(),
+                code: h.code.into(),
+                reason: h.reason.clone(),
+            })
+            .collect(),
+        payload_json: view.render(format).to_string(),
+        not_ranked: u32::try_from(view.not_ranked).unwrap_or(u32::MAX),
+    })
 }

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod convert;
 pub mod error;
+pub mod request;
 pub mod service;
 
 pub use auth::{Authenticator, Caller, TokenFile};

@@ -1,17 +1,13 @@
 //! The gRPC API over the embedded runtime.
 
-use std::collections::BTreeMap;
-
 use futures::StreamExt;
-use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
 use toolgate_api::{ApiError, Backend, BoxStream, Caller};
 use toolgate_core::call_state::{is_terminal, phase_name};
 use toolgate_core::principal::Principal;
-use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
 use toolgate_proto::v1 as pb;
 
-use crate::runtime::{Runtime, parse_action_type};
+use crate::runtime::Runtime;
 use crate::store::{CallRecord, EventRecord};
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -45,19 +41,6 @@ pub fn event_message(e: &EventRecord) -> pb::CallEvent {
     }
 }
 
-fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
-    match pb::ViewFormat::try_from(f) {
-        Ok(pb::ViewFormat::Unspecified | pb::ViewFormat::Canonical) => Ok(ViewFormat::Canonical),
-        Ok(pb::ViewFormat::Openai) => Ok(ViewFormat::OpenAi),
-        Ok(pb::ViewFormat::Anthropic) => Ok(ViewFormat::Anthropic),
-        Ok(pb::ViewFormat::Mcp) => Ok(ViewFormat::Mcp),
-        Err(_) => Err(ApiError::field(
-            "format",
-            format!("expected a ViewFormat (0-4), got {f}"),
-        )),
-    }
-}
-
 impl Runtime {
     /// The tool view of `principal` for an intent.
     pub fn view_for(
@@ -66,72 +49,7 @@ impl Runtime {
         principal: &Principal,
         req: &pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
-        let format = view_format(req.format)?;
-        let max_tools = match req.max_tools {
-            0 => 8,
-            n @ 1..=256 => n as usize,
-            n => {
-                return Err(ApiError::field(
-                    "max_tools",
-                    format!("expected 1 to 256, got {n}"),
-                ));
-            }
-        };
-        let action_type = if req.action_type.is_empty() {
-            None
-        } else {
-            Some(parse_action_type(&req.action_type).map_err(|_| {
-                ApiError::field(
-                    "action_type",
-                    format!(
-                        "expected an action type such as read or write, got {:?}",
-                        req.action_type
-                    ),
-                )
-            })?)
-        };
-        let loaded = self.loaded();
-        let failures = BTreeMap::new();
-        let view = compile_view(
-            &loaded.registry,
-            &ViewRequest {
-                namespace,
-                principal,
-                intent: &req.intent,
-                action_type,
-                domains: &[],
-                max_tools,
-                recent_failures: &failures,
-                explain: req.explain,
-                now: Timestamp::now(),
-            },
-        );
-        Ok(pb::ToolView {
-            exposed: view
-                .exposed
-                .iter()
-                .map(|t| pb::ExposedTool {
-                    name: t.name.clone(),
-                    provider_name: t.provider_name.clone(),
-                    digest: t.digest.clone(),
-                    risk_tier: t.tier.to_string(),
-                    needs_approval: t.approval == ApprovalHint::Required,
-                    reason: t.reason.clone(),
-                    grant: t.grant.clone(),
-                })
-                .collect(),
-            hidden: view
-                .hidden
-                .iter()
-                .map(|h| pb::HiddenTool {
-                    name: h.name.clone(),
-                    code: h.code.into(),
-                    reason: h.reason.clone(),
-                })
-                .collect(),
-            payload_json: view.render(format).to_string(),
-            not_ranked: u32::try_from(view.not_ranked).unwrap_or(u32::MAX),
-        })
+        toolgate_api::convert::tool_view(&self.loaded().registry, namespace, principal, req)
     }
 }
 
@@ -142,7 +60,7 @@ impl Backend for Runtime {
         caller: &Caller,
         req: pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
-        let ns = crate::runtime::namespace_of(caller, &req.namespace)?;
+        let ns = toolgate_api::request::namespace_of(caller, &req.namespace)?;
         self.view_for(&ns, &caller.principal, &req)
     }
 

@@ -19,8 +19,7 @@ use toolgate_crds::conditions::{
     APPROVAL_GRANTED, APPROVAL_REQUESTED, FINISHED, STARTED, TOOL_CALL_REQUESTED,
 };
 use toolgate_crds::{
-    ActionType, ApprovalDecision, CallIntent, CallPhase, ConditionStatus, DecisionOutcome,
-    LocalObjectRef, ToolApprovalSpec, ToolCallSpec, ToolRef,
+    ApprovalDecision, CallPhase, ConditionStatus, DecisionOutcome, LocalObjectRef, ToolApprovalSpec,
 };
 
 use crate::broker::CredentialBroker;
@@ -169,88 +168,17 @@ impl Runtime {
         caller: &Caller,
         req: toolgate_proto::v1::ProposeCallRequest,
     ) -> Result<CallRecord, ApiError> {
-        let namespace = namespace_of(caller, &req.namespace)?;
-        if req.tool.is_empty() {
-            return Err(ApiError::field("tool", "expected a tool name, got nothing"));
-        }
-        let args: serde_json::Value = serde_json::from_str(&req.args_json)
-            .map_err(|e| ApiError::field("args_json", format!("expected a JSON object: {e}")))?;
-        if !args.is_object() {
-            return Err(ApiError::field(
-                "args_json",
-                format!(
-                    "expected a JSON object, got {}",
-                    toolgate_core::lint::short_json(&args)
-                ),
-            ));
-        }
-        let intent = req
-            .intent
-            .ok_or_else(|| ApiError::field("intent", "expected the call's intent, got nothing"))?;
-        for (field, v) in [
-            ("intent.user_goal", &intent.user_goal),
-            ("intent.current_task", &intent.current_task),
-            ("intent.rationale_summary", &intent.rationale_summary),
-        ] {
-            if v.trim().is_empty() || v.len() > 2048 {
-                return Err(ApiError::field(
-                    field,
-                    format!("expected 1 to 2048 characters, got {}", v.len()),
-                ));
-            }
-        }
-        let action_type = parse_action_type(&intent.action_type)?;
-        if !req.idempotency_key.is_empty()
-            && (req.idempotency_key.len() > 253
-                || !req
-                    .idempotency_key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c)))
-        {
-            return Err(ApiError::field(
-                "idempotency_key",
-                "expected 1 to 253 of A-Z a-z 0-9 . _ : -",
-            ));
-        }
-        if !req.tool_digest.is_empty() && !is_digest(&req.tool_digest) {
-            return Err(ApiError::field(
-                "tool_digest",
-                format!("expected sha256:<64 hex>, got {:?}", req.tool_digest),
-            ));
-        }
+        let proposal = toolgate_api::request::Proposal::validate(caller, &req)?;
+        let namespace = proposal.namespace.clone();
         let loaded = self.loaded();
-        let tool_name = resolve_tool_name(&loaded, &namespace, &req.tool);
+        let tool_name = resolve_tool_name(&loaded, &namespace, &proposal.tool);
         let current = loaded.registry.tool(&namespace, &tool_name);
-        let digest = if req.tool_digest.is_empty() {
-            // Pin the version decided against, so the record names it (invariant 1).
-            current.map(|t| t.digest.clone())
-        } else {
-            Some(req.tool_digest.clone())
-        };
-        let spec = ToolCallSpec {
-            tool_ref: ToolRef {
-                name: tool_name,
-                digest,
-            },
-            principal: caller.name().to_string(),
-            args,
-            intent: CallIntent {
-                user_goal: intent.user_goal,
-                current_task: intent.current_task,
-                action_type,
-                target: None,
-                expected_effects: None,
-                rationale_summary: intent.rationale_summary,
-                evidence_refs: intent.evidence_refs,
-                confidence_percent: None,
-            },
-            proposed_by: Default::default(),
-            session_id: (!req.session_id.is_empty()).then(|| req.session_id.clone()),
-            run_id: None,
-            idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
-            dry_run: req.dry_run,
-        };
-
+        // Pin the version decided against, so the record names it (invariant 1).
+        let digest = proposal
+            .tool_digest
+            .clone()
+            .or_else(|| current.map(|t| t.digest.clone()));
+        let spec = proposal.into_spec(caller, tool_name, digest);
         let guard = self.inner.write.lock().await;
         let idem_key = spec
             .idempotency_key
@@ -277,7 +205,7 @@ impl Runtime {
         }
         let now = Timestamp::now();
         let mut rec = CallRecord {
-            id: new_call_id(now),
+            id: toolgate_api::request::new_call_name(now),
             namespace: namespace.clone(),
             spec,
             status: Default::default(),
@@ -748,46 +676,6 @@ pub(crate) fn decide_record(loaded: &Loaded, rec: &CallRecord) -> Decision {
     )
 }
 
-pub(crate) fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {
-    if !requested.is_empty() {
-        return Ok(requested.to_string());
-    }
-    caller
-        .principal
-        .service_account()
-        .map(|(ns, _)| ns.to_string())
-        .ok_or_else(|| {
-            ApiError::field(
-                "namespace",
-                format!(
-                    "expected a namespace: {} is not a service account, so it has none by default",
-                    caller.name()
-                ),
-            )
-        })
-}
-
-pub(crate) fn parse_action_type(s: &str) -> Result<ActionType, ApiError> {
-    ActionType::ALL
-        .into_iter()
-        .find(|a| a.as_str() == s)
-        .ok_or_else(|| {
-            let all: Vec<&str> = ActionType::ALL.iter().map(|a| a.as_str()).collect();
-            ApiError::field(
-                "intent.action_type",
-                format!("expected one of {}, got {s:?}", all.join(", ")),
-            )
-        })
-}
-
-fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    })
-}
-
 /// The descriptor a request names: its object name, canonical name, or provider name.
 fn resolve_tool_name(loaded: &Loaded, namespace: &str, tool: &str) -> String {
     if loaded.registry.tool(namespace, tool).is_some() {
@@ -804,26 +692,4 @@ fn resolve_tool_name(loaded: &Loaded, namespace: &str, tool: &str) -> String {
                 ) == tool
         })
         .map_or_else(|| tool.to_string(), |t| t.name.clone())
-}
-
-/// `call-20261130-081203-4f2a9c`: sorts by time, unique within the process and across restarts.
-fn new_call_id(now: Timestamp) -> String {
-    use sha2::{Digest, Sha256};
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut h = Sha256::new();
-    h.update(now.as_nanosecond().to_le_bytes());
-    h.update(seq.to_le_bytes());
-    h.update(std::process::id().to_le_bytes());
-    let rand = hex::encode(&h.finalize()[..3]);
-    // RFC 3339 in UTC: 2026-11-30T08:12:03…Z → 20261130-081203.
-    let t = now.to_string();
-    let digits = |r: std::ops::Range<usize>| -> String {
-        t.get(r)
-            .unwrap_or_default()
-            .chars()
-            .filter(char::is_ascii_digit)
-            .collect()
-    };
-    format!("call-{}-{}-{rand}", digits(0..10), digits(11..19))
 }
