@@ -44,6 +44,9 @@ use toolgate_crds::{
 use crate::build::{self, Owner, PodInput};
 use crate::descriptor::FIELD_MANAGER;
 
+/// Condition type of a cancellation (as in the embedded runtime).
+pub const CANCELLED: &str = "Cancelled";
+
 /// The finalizer that guarantees cleanup.
 pub const FINALIZER: &str = "toolgate.dev/cleanup";
 
@@ -114,13 +117,13 @@ fn object(meta: Meta, spec: Spec) -> Object {
 }
 
 /// The namespace's policy objects, as the core sees them.
-struct Namespace {
-    objects: ObjectSet,
-    registry: Registry,
-    approvals: Vec<ToolApproval>,
+pub(crate) struct Namespace {
+    pub(crate) objects: ObjectSet,
+    pub(crate) registry: Registry,
+    pub(crate) approvals: Vec<ToolApproval>,
 }
 
-async fn dereference(client: &Client, ns: &str, call: &str) -> Result<Namespace, Error> {
+pub(crate) async fn dereference(client: &Client, ns: &str, call: &str) -> Result<Namespace, Error> {
     let lp = ListParams::default();
     let tds = Api::<ToolDescriptor>::namespaced(client.clone(), ns)
         .list(&lp)
@@ -308,6 +311,16 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
     let mut status = call.status.clone().unwrap_or_default();
     if is_terminal(status.phase) {
         return finish_cleanup(call, ctx, ns, &status).await;
+    }
+    if let Some(who) = call.annotations().get(crate::api::CANCEL_ANNOTATION) {
+        // Stop whatever runs, then record it: the pod, its credential and the rest go now.
+        remove_children(&ctx.client, ns, &name, true).await?;
+        let steps = [
+            Step::ok(CANCELLED, "CancelledByUser", format!("cancelled by {who}"))
+                .then(CallPhase::Cancelled),
+        ];
+        ctx.record(call, &mut status, &steps).await?;
+        return Ok(Action::await_change());
     }
     let cluster = dereference(&ctx.client, ns, &name).await?;
     match status.phase {

@@ -10,6 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use toolgate_crds::ToolDescriptor;
 
+mod api;
 mod build;
 mod call;
 mod descriptor;
@@ -65,6 +66,10 @@ struct Args {
     /// Watch only this namespace (a namespace-scoped install); default: all namespaces.
     #[arg(long)]
     namespace: Option<String>,
+    /// Serve the agent API (toolgate.v1 gRPC) here; callers authenticate with their Kubernetes
+    /// token (TokenReview) and RBAC decides what they may read and approve.
+    #[arg(long)]
+    grpc_addr: Option<std::net::SocketAddr>,
     /// Address of `/metrics`, `/livez` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     health_addr: std::net::SocketAddr,
@@ -162,6 +167,27 @@ fn main() -> ExitCode {
         let metrics = std::sync::Arc::new(ops::Metrics::default());
         let health = std::sync::Arc::new(ops::Health::default());
         tokio::spawn(ops::serve(args.health_addr, metrics.clone(), health.clone()));
+        if let Some(addr) = args.grpc_addr {
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("toolgate-operator: --grpc-addr {addr}: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let backend = std::sync::Arc::new(api::KubeBackend {
+                client: client.clone(),
+                scope: scope.clone(),
+                artifacts: config.artifacts.clone(),
+            });
+            let auth = std::sync::Arc::new(api::TokenReviewAuth { client: client.clone() });
+            tracing::info!(%addr, "serving the toolgate.v1 agent API");
+            tokio::spawn(async move {
+                if let Err(e) = toolgate_api::serve(backend, auth, listener, std::future::pending()).await {
+                    tracing::error!(error = %e, "the agent API stopped");
+                }
+            });
+        }
         if !args.no_leader_election {
             let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
                 format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "toolgate-operator".into()), std::process::id())

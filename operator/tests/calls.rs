@@ -8,6 +8,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use support::node_emulator::{self, NodeConfig};
 use support::{have_cluster, http_get, kubectl, ok, operator_log, prepare, root, start_operator};
 
@@ -95,6 +97,10 @@ impl Drop for Cluster {
 }
 
 fn cluster(prefix: &str) -> Option<Cluster> {
+    cluster_with(prefix, &[])
+}
+
+fn cluster_with(prefix: &str, extra: &[&str]) -> Option<Cluster> {
     if !have_cluster() {
         return None;
     }
@@ -149,15 +155,15 @@ fn cluster(prefix: &str) -> Option<Cluster> {
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .expect("chmod");
     let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
-    let operator = start_operator(
-        &ns,
-        &[
-            "--secrets",
-            &path.display().to_string(),
-            "--keep-failed-pods-seconds",
-            "0",
-        ],
-    );
+    let secrets_arg = path.display().to_string();
+    let mut args = vec![
+        "--secrets",
+        secrets_arg.as_str(),
+        "--keep-failed-pods-seconds",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let operator = start_operator(&ns, &args);
     let emulator = node_emulator::start(NodeConfig {
         namespace: ns.clone(),
         executor: node_emulator::executor_binary(),
@@ -783,4 +789,343 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
         assert!(Instant::now() < deadline, "left behind: {left}");
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// A user's bearer token from the test control plane's kubeconfig (tests/cluster/up.sh writes
+/// `- {name: agent, user: {token: …}}`).
+fn token_of(user: &str) -> String {
+    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
+    let text = std::fs::read_to_string(path).expect("kubeconfig");
+    let marker = format!("- {{name: {user}, user: {{token: ");
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&marker)
+                .and_then(|r| r.strip_suffix("}}"))
+        })
+        .unwrap_or_else(|| panic!("no token for {user}"))
+        .to_string()
+}
+
+/// The agent API served by the operator: the same gRPC API as `toolgate local`, backed by the
+/// cluster, callers authenticated by TokenReview, approvers authorized by RBAC.
+#[test]
+fn the_agent_api_on_the_cluster() {
+    use toolgate_proto::v1 as pb;
+    use toolgate_proto::v1::toolgate_client::ToolgateClient;
+    let port = support::free_port();
+    let grpc = format!("127.0.0.1:{port}");
+    let Some(c) = cluster_with("tg-grpc", &["--grpc-addr", &grpc]) else {
+        return;
+    };
+    let ns = c.ns.clone();
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: agent, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n  tools: {{names: [test.echo, test.gated, test.sleep]}}\n  scopes: [\"workspace:read\"]\n"
+        )),
+    );
+    let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
+        .expect("rbac")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
+        .replace(
+            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
+            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
+        );
+    ok(&["apply", "-f", "-"], Some(&rbac));
+    let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let channel = loop {
+            match tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+                .expect("url")
+                .connect()
+                .await
+            {
+                Ok(ch) => break ch,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the agent API never came up: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        let mut api = ToolgateClient::new(channel);
+        fn req<T>(token: &str, msg: T) -> tonic::Request<T> {
+            let mut r = tonic::Request::new(msg);
+            r.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("h"),
+            );
+            r
+        }
+        let proposal = |tool: &str, args: &str, key: &str| pb::ProposeCallRequest {
+            namespace: ns.clone(),
+            tool: tool.into(),
+            args_json: args.into(),
+            intent: Some(pb::Intent {
+                user_goal: "test the cluster API".into(),
+                current_task: format!("call {tool}"),
+                action_type: "execute".into(),
+                rationale_summary: "end-to-end test".into(),
+                evidence_refs: vec![],
+            }),
+            idempotency_key: key.into(),
+            ..Default::default()
+        };
+        // Unauthenticated callers get nowhere.
+        let e = api
+            .propose_call(tonic::Request::new(proposal("test.echo", "{}", "")))
+            .await
+            .expect_err("no token");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        let e = api
+            .propose_call(req("not-a-token", proposal("test.echo", "{}", "")))
+            .await
+            .expect_err("bad token");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+
+        // Propose, watch to the end, read the artifact.
+        let call = api
+            .propose_call(req(
+                &agent,
+                proposal("test.echo", r#"{"msg": "from grpc"}"#, "echo-once"),
+            ))
+            .await
+            .expect("proposed")
+            .into_inner();
+        assert_eq!(
+            call.principal, "system:serviceaccount:team-a:fixer",
+            "the principal is the authenticated one"
+        );
+        let again = api
+            .propose_call(req(
+                &agent,
+                proposal("test.echo", r#"{"msg": "from grpc"}"#, "echo-once"),
+            ))
+            .await
+            .expect("again")
+            .into_inner();
+        assert_eq!(again.id, call.id, "the idempotency key names the same call");
+        let mut events = api
+            .watch_call(req(
+                &agent,
+                pb::WatchCallRequest {
+                    id: call.id.clone(),
+                },
+            ))
+            .await
+            .expect("watch")
+            .into_inner();
+        let mut kinds = Vec::new();
+        while let Some(e) = events.next().await {
+            let e = e.expect("event");
+            kinds.push(e.r#type.clone());
+            if e.terminal {
+                break;
+            }
+        }
+        assert_eq!(kinds.first().map(String::as_str), Some("ToolCallRequested"));
+        assert_eq!(kinds.last().map(String::as_str), Some("StateUpdated"));
+        let done = api
+            .get_call(req(
+                &agent,
+                pb::GetCallRequest {
+                    id: call.id.clone(),
+                },
+            ))
+            .await
+            .expect("get")
+            .into_inner();
+        assert_eq!(
+            (done.phase.as_str(), done.output_preview.as_str()),
+            ("Succeeded", "from grpc\n")
+        );
+        let mut chunks = api
+            .get_artifact(req(
+                &agent,
+                pb::GetArtifactRequest {
+                    call_id: call.id.clone(),
+                    artifact_id: "stdout".into(),
+                },
+            ))
+            .await
+            .expect("artifact")
+            .into_inner();
+        let mut data = Vec::new();
+        while let Some(ch) = chunks.next().await {
+            data.extend(ch.expect("chunk").data);
+        }
+        assert_eq!(data, b"from grpc\n");
+
+        // Approval: never by the principal; by a reviewer RBAC allows, bound to what was shown.
+        let gated = api
+            .propose_call(req(
+                &agent,
+                proposal("test.gated", r#"{"msg": "approved over grpc"}"#, ""),
+            ))
+            .await
+            .expect("gated")
+            .into_inner();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let shown = loop {
+            let g = api
+                .get_call(req(
+                    &reviewer,
+                    pb::GetCallRequest {
+                        id: gated.id.clone(),
+                    },
+                ))
+                .await
+                .expect("get")
+                .into_inner();
+            if g.phase == "AwaitingApproval" {
+                break g;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never awaited approval: {}",
+                g.phase
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let approve = |c: &pb::Call| pb::ApproveCallRequest {
+            id: c.id.clone(),
+            args_digest: c.args_digest.clone(),
+            tool_digest: c.tool_digest.clone(),
+            for_session: false,
+            ttl_seconds: 600,
+            comment: String::new(),
+        };
+        let e = api
+            .approve_call(req(&agent, approve(&shown)))
+            .await
+            .expect_err("self");
+        assert_eq!(
+            toolgate_api::error::status_code_and_field(&e).0,
+            "approval-self"
+        );
+        let mut wrong = approve(&shown);
+        wrong.args_digest = format!("sha256:{}", "0".repeat(64));
+        let e = api
+            .approve_call(req(&reviewer, wrong))
+            .await
+            .expect_err("wrong args");
+        assert_eq!(
+            toolgate_api::error::status_code_and_field(&e).0,
+            "approval-args-changed"
+        );
+        api.approve_call(req(&reviewer, approve(&shown)))
+            .await
+            .expect("approved");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let g = api
+                .get_call(req(
+                    &agent,
+                    pb::GetCallRequest {
+                        id: gated.id.clone(),
+                    },
+                ))
+                .await
+                .expect("get")
+                .into_inner();
+            if g.phase == "Succeeded" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the approved call did not run: {}",
+                g.phase
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let x = api
+            .explain_call(req(
+                &reviewer,
+                pb::ExplainCallRequest {
+                    id: gated.id.clone(),
+                },
+            ))
+            .await
+            .expect("explain")
+            .into_inner();
+        assert_eq!(x.approver, "alice@example.com");
+        assert_eq!(x.sandbox_policy, "read-only");
+        assert!(
+            x.view
+                .is_some_and(|v| v.exposed.iter().any(|t| t.name == "test.gated"))
+        );
+
+        // Cancel a running call: the pod goes, the call says so.
+        let sleepy = api
+            .propose_call(req(
+                &agent,
+                proposal("test.sleep", r#"{"seconds": "30"}"#, ""),
+            ))
+            .await
+            .expect("sleep")
+            .into_inner();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = api
+                .get_call(req(
+                    &agent,
+                    pb::GetCallRequest {
+                        id: sleepy.id.clone(),
+                    },
+                ))
+                .await
+                .expect("get")
+                .into_inner();
+            if s.phase == "Running" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never ran: {}", s.phase);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        api.cancel_call(req(
+            &agent,
+            pb::CancelCallRequest {
+                id: sleepy.id.clone(),
+                reason: "enough".into(),
+            },
+        ))
+        .await
+        .expect("cancel");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = api
+                .get_call(req(
+                    &agent,
+                    pb::GetCallRequest {
+                        id: sleepy.id.clone(),
+                    },
+                ))
+                .await
+                .expect("get")
+                .into_inner();
+            if s.phase == "Cancelled" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not cancelled: {}", s.phase);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Others' calls are not even found.
+        let listed = api
+            .list_calls(req(&reviewer, pb::ListCallsRequest::default()))
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(
+            listed.calls.len() >= 3,
+            "a reviewer lists the namespace's calls"
+        );
+    });
 }
