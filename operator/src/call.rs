@@ -353,6 +353,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Some(CallPhase::AwaitingApproval) => {
+            mark_approvals(ctx, ns, call, &status, &cluster).await;
             let decision = decide(&cluster, call, ns);
             if decision.outcome == DecisionOutcome::Allow {
                 status.authorization = decision.authorization(jiff::Timestamp::now());
@@ -395,6 +396,65 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
         Some(CallPhase::Authorized) => start(call, ctx, ns, &cluster, status).await,
         Some(CallPhase::Running) => observe(call, ctx, ns, status).await,
         _ => Ok(Action::await_change()),
+    }
+}
+
+/// Write each approval's state for this call: Bound, Voided (with the reason), Expired or
+/// Consumed, so `kubectl get toolapprovals` shows why an approval does or does not apply.
+async fn mark_approvals(
+    ctx: &Context,
+    ns: &str,
+    call: &ToolCall,
+    status: &ToolCallStatus,
+    cluster: &Namespace,
+) {
+    use toolgate_core::approval::{ApprovalSubject, VoidReason, check_approval};
+    let Some(tool) = cluster.registry.tool(ns, &call.spec.tool_ref.name) else {
+        return;
+    };
+    let name = call.name_any();
+    let subject = ApprovalSubject {
+        call_name: &name,
+        session_id: call.spec.session_id.as_deref(),
+        args_digest: status.args_digest.as_deref().unwrap_or_default(),
+        tool_digest: &tool.digest,
+        tier: tool.tier,
+        scopes: &tool.spec.permissions.required_scopes,
+        principal: &call.spec.principal,
+    };
+    for a in cluster
+        .approvals
+        .iter()
+        .filter(|a| a.spec.call_ref.name == name)
+    {
+        let previous = a.status.as_ref().and_then(|s| s.state);
+        if previous == Some(ApprovalState::Consumed) {
+            continue;
+        }
+        let (state, void_reason) =
+            match check_approval(&a.spec, false, &subject, jiff::Timestamp::now()) {
+                Ok(()) => (ApprovalState::Bound, None),
+                Err(VoidReason::Expired(_)) => (ApprovalState::Expired, None),
+                Err(e) => (ApprovalState::Voided, Some(format!("{}: {e}", e.code()))),
+            };
+        if previous == Some(state) {
+            continue;
+        }
+        let patch = serde_json::json!({
+            "apiVersion": toolgate_crds::API_VERSION,
+            "kind": "ToolApproval",
+            "status": {"state": state, "voidReason": void_reason, "observedGeneration": a.metadata.generation},
+        });
+        if let Err(e) = Api::<ToolApproval>::namespaced(ctx.client.clone(), ns)
+            .patch_status(
+                &a.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(approval = %a.name_any(), error = %e, "writing the approval's state");
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod call;
 mod descriptor;
 mod grant;
 mod ops;
+mod readiness;
 mod scope;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
@@ -213,6 +214,7 @@ fn main() -> ExitCode {
         tokio::join!(
             descriptor::run(client.clone(), scope.clone()),
             grant::run(client.clone(), scope.clone()),
+            readiness::run(client.clone(), config.broker.clone(), scope.clone()),
             call::run(client, config, scope, metrics, health)
         );
         ExitCode::SUCCESS

@@ -1,0 +1,201 @@
+//! Readiness of SandboxPolicies and CredentialBindings: a `Ready` condition that says whether a
+//! call could use the object now (its RuntimeClass exists; its credential can be brokered), so a
+//! platform team sees a broken policy before an agent's call fails on it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use toolgate_broker::CredentialBroker;
+use toolgate_crds::conditions::READY;
+use toolgate_crds::{Condition, ConditionStatus, CredentialBinding, SandboxPolicy, Timestamp};
+
+use crate::descriptor::{Error, FIELD_MANAGER, backoff};
+
+/// What the readiness controllers need.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The broker credentials come from.
+    pub broker: Arc<dyn CredentialBroker>,
+}
+
+/// The Ready condition, keeping the transition time when the status did not change.
+fn ready(
+    previous: &[Condition],
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
+    let status = if ok {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == READY && c.status == status)
+        .map(|c| c.last_transition_time)
+        .unwrap_or(Timestamp(jiff::Timestamp::now()));
+    Condition {
+        type_: READY.into(),
+        status,
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    }
+}
+
+async fn apply_status<K>(
+    api: Api<K>,
+    name: &str,
+    kind: &str,
+    condition: Condition,
+    generation: Option<i64>,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": toolgate_crds::API_VERSION,
+        "kind": kind,
+        "status": {"observedGeneration": generation, "conditions": [condition]},
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = p
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(p.name_any()))?;
+    let previous = p
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let generation = p.metadata.generation;
+    let (ok, reason, message) = match &p.spec.runtime_class_name {
+        Some(class) => match Api::<RuntimeClass>::all(ctx.client.clone())
+            .get_opt(class)
+            .await?
+        {
+            Some(_) => (
+                true,
+                "Valid",
+                format!(
+                    "RuntimeClass {class} exists; egress {:?}",
+                    p.spec.network.egress
+                ),
+            ),
+            None => (
+                false,
+                "RuntimeClassMissing",
+                format!(
+                    "runtimeClassName: RuntimeClass {class} does not exist; calls using this policy cannot start"
+                ),
+            ),
+        },
+        None => (
+            true,
+            "Valid",
+            format!(
+                "egress {:?}, memory {} MiB, timeout {} ms",
+                p.spec.network.egress, p.spec.process.max_memory_mb, p.spec.process.timeout_ms
+            ),
+        ),
+    };
+    let condition = ready(&previous, ok, reason, message, generation);
+    if previous.first().map(|c| (&c.reason, &c.message, c.status))
+        != Some((&condition.reason, &condition.message, condition.status))
+    {
+        apply_status(
+            Api::<SandboxPolicy>::namespaced(ctx.client.clone(), &ns),
+            &p.name_any(),
+            "SandboxPolicy",
+            condition,
+            generation,
+        )
+        .await?;
+    }
+    // RuntimeClasses are not watched; look again now and then.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = b
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(b.name_any()))?;
+    let previous = b
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let generation = b.metadata.generation;
+    // The value is dropped at once: readiness never keeps or shows it.
+    let (ok, reason, message) = match ctx.broker.issue(&ns, &b.name_any(), &b.spec) {
+        Ok(issued) => (
+            true,
+            "Brokerable",
+            format!(
+                "{}/{} can be brokered (TTL {} s)",
+                b.spec.vault.mount, b.spec.vault.path, issued.ttl_seconds
+            ),
+        ),
+        Err(e) => (false, "BrokerFailed", e.to_string()),
+    };
+    let condition = ready(&previous, ok, reason, message, generation);
+    if previous.first().map(|c| (&c.reason, &c.message, c.status))
+        != Some((&condition.reason, &condition.message, condition.status))
+    {
+        apply_status(
+            Api::<CredentialBinding>::namespaced(ctx.client.clone(), &ns),
+            &b.name_any(),
+            "CredentialBinding",
+            condition,
+            generation,
+        )
+        .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(%error, "readiness reconcile failed");
+    Action::requeue(backoff(2))
+}
+
+/// Run both readiness controllers until shutdown.
+pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate::scope::Scope) {
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        broker,
+    });
+    let policies = Controller::new(
+        scope.api::<SandboxPolicy>(&client),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(reconcile_policy, error_policy, ctx.clone())
+    .for_each(|_| futures::future::ready(()));
+    let bindings = Controller::new(
+        scope.api::<CredentialBinding>(&client),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(reconcile_binding, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()));
+    tokio::join!(policies, bindings);
+}
