@@ -3,6 +3,7 @@
 # every test of the workspace:
 #   - bubblewrap (the local sandbox), with apt, through scripts/install-deps.sh;
 #   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
+#   - helm (built with go, cached under ~/.cache/toolgate/helm) for the chart's tests;
 #   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
 # Arguments are passed to `cargo test`.
@@ -31,6 +32,16 @@ if ! command -v etcd >/dev/null; then
 fi
 
 scripts/install-deps.sh   # bubblewrap: the sandbox suites and the embedded runtime need it
+
+# helm, for the chart's tests and the RBAC the operator suites install (built once, cached).
+HELM_VERSION=v3.22.0
+HELM="$CACHE/helm/$HELM_VERSION/bin/helm"
+if [ ! -x "$HELM" ]; then
+  log "building helm $HELM_VERSION with go (once, a few minutes)"
+  mkdir -p "$(dirname "$HELM")"
+  (cd "$(mktemp -d)" && GOBIN="$(dirname "$HELM")" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
+fi
+export TOOLGATE_HELM="$HELM"
 
 CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"

@@ -9,25 +9,33 @@ fn generated_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/generated"))
 }
 
+/// Both committed copies: `crds/generated` (kubectl apply) and the Helm chart's `crds/`.
 #[test]
 fn committed_crds_match_the_types() {
-    let mut drifted = Vec::new();
-    for crd in all_crds() {
-        let name = crd_file_name(&crd);
-        let want = render_crd_yaml(&crd).expect("render");
-        let have = std::fs::read_to_string(generated_dir().join(&name)).unwrap_or_default();
-        if have != want {
-            drifted.push(name);
+    let chart = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../charts/toolgate/crds"
+    ));
+    for (dir, shown) in [
+        (generated_dir(), "crds/generated"),
+        (chart, "charts/toolgate/crds"),
+    ] {
+        let mut drifted = Vec::new();
+        for crd in all_crds() {
+            let name = crd_file_name(&crd);
+            let want = render_crd_yaml(&crd).expect("render");
+            let have = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+            if have != want {
+                drifted.push(name);
+            }
         }
+        assert!(
+            drifted.is_empty(),
+            "{shown} drifted from the types: {drifted:?}; run `cargo run -p toolgate -- crds --out {shown}` and commit"
+        );
+        let files = std::fs::read_dir(dir).expect("read the CRD folder").count();
+        assert_eq!(files, 6, "{shown} holds exactly one file per kind");
     }
-    assert!(
-        drifted.is_empty(),
-        "crds/generated drifted from the types: {drifted:?}; run `cargo run -p toolgate -- crds --out crds/generated` and commit"
-    );
-    let files = std::fs::read_dir(generated_dir())
-        .expect("read crds/generated")
-        .count();
-    assert_eq!(files, 6, "crds/generated holds exactly one file per kind");
 }
 
 #[test]

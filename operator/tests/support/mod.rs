@@ -30,6 +30,44 @@ pub fn operator_log() -> String {
     .unwrap_or_default()
 }
 
+/// helm, built by tests/run.sh; in CI its absence is a failure.
+pub fn helm() -> std::path::PathBuf {
+    std::env::var_os("TOOLGATE_HELM")
+        .map(Into::into)
+        .expect("TOOLGATE_HELM: run the suite through tests/run.sh, which builds helm")
+}
+
+/// `helm template` of the chart with `args`.
+pub fn helm_template(args: &[&str]) -> String {
+    let out = Command::new(helm())
+        .args(["template", "toolgate"])
+        .arg(root().join("charts/toolgate"))
+        // Offline rendering assumes an old cluster; say which one the suite runs.
+        .args(["--kube-version", "1.37.2"])
+        .args(args)
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The operator's namespace, service account and RBAC exactly as the Helm chart renders them.
+pub fn operator_rbac() -> String {
+    let rendered = helm_template(&[
+        "--namespace",
+        "toolgate-system",
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/rbac.yaml",
+    ]);
+    format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: toolgate-system}}\n---\n{rendered}")
+}
+
 /// A running operator process; killed (SIGKILL) when dropped.
 pub struct Operator {
     /// The process.
@@ -161,17 +199,7 @@ pub fn prepare(prefix: &str) -> String {
         ],
         None,
     );
-    ok(
-        &[
-            "apply",
-            "-f",
-            &root()
-                .join("operator/deploy/rbac.yaml")
-                .display()
-                .to_string(),
-        ],
-        None,
-    );
+    ok(&["apply", "-f", "-"], Some(&operator_rbac()));
     let ns = format!(
         "{prefix}-{:x}",
         std::time::SystemTime::now()
