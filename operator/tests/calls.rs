@@ -1146,3 +1146,66 @@ fn the_agent_api_on_the_cluster() {
         );
     });
 }
+
+/// An approval of the tool version the approver saw is void once the descriptor changes: the
+/// call does not run, and the approval says why.
+#[test]
+fn a_changed_descriptor_voids_the_approval_and_the_call_does_not_run() {
+    let Some(c) = cluster("tg-voided") else {
+        return;
+    };
+    let ns = &c.ns;
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "gated-2", "test.gated", "{msg: stale}", ns)),
+    );
+    wait_for(
+        ns,
+        "toolcall/gated-2",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    let args = jsonpath(ns, "toolcall/gated-2", "{.status.argsDigest}");
+    let seen = jsonpath(ns, "toolcall/gated-2", "{.status.toolDigest}");
+    // The platform team changes the tool while the call waits.
+    ok(
+        &[
+            "patch",
+            "tooldescriptor",
+            "test.gated",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"description":{"summary":"A changed tool."}}}"#,
+        ],
+        None,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while jsonpath(ns, "tooldescriptor/test.gated", "{.status.digest}") == seen {
+        assert!(
+            Instant::now() < deadline,
+            "the descriptor was not re-registered"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let approval = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolApproval\nmetadata: {{name: stale, namespace: {ns}}}\nspec:\n  callRef: {{name: gated-2}}\n  argsDigest: \"{args}\"\n  toolDigest: \"{seen}\"\n  riskTier: L1\n  scopes: [\"workspace:read\"]\n  principal: system:serviceaccount:{ns}:fixer\n  approver: alice@example.com\n  decision: allowOnce\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
+    );
+    ok(&["apply", "-f", "-"], Some(&approval));
+    wait_for(ns, "toolapproval/stale", "{.status.state}", &["Voided"]);
+    assert!(
+        jsonpath(ns, "toolapproval/stale", "{.status.voidReason}")
+            .starts_with("approval-tool-changed")
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        jsonpath(ns, "toolcall/gated-2", "{.status.phase}"),
+        "AwaitingApproval"
+    );
+    assert_eq!(
+        children(ns, "gated-2").trim(),
+        "",
+        "a voided approval started nothing"
+    );
+}
