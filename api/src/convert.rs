@@ -192,3 +192,47 @@ pub fn tool_view(
         not_ranked: u32::try_from(view.not_ranked).unwrap_or(u32::MAX),
     })
 }
+
+/// What an explanation adds to a call: the view, the events, who approved, how it was sandboxed.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// The view the principal gets for the call's intent.
+    pub view: Option<pb::ToolView>,
+    /// The call's events.
+    pub events: Vec<pb::CallEvent>,
+    /// The approval that bound the call.
+    pub approval: String,
+    /// Who gave it.
+    pub approver: String,
+    /// How the sandbox was resolved (JSON).
+    pub sandbox_json: String,
+}
+
+/// An Explanation: the call and its trace; the sandbox policy, credential binding (by name),
+/// observed effects and verifier come from the status.
+pub fn explanation(call: pb::Call, status: &ToolCallStatus, trace: Trace) -> pb::Explanation {
+    let runtime = status.runtime.as_ref();
+    let result = status.result.as_ref();
+    pb::Explanation {
+        call: Some(call),
+        view: trace.view,
+        events: trace.events,
+        approval: trace.approval,
+        approver: trace.approver,
+        sandbox_policy: runtime
+            .and_then(|r| r.sandbox_policy_ref.as_ref().map(|r| r.name.clone()))
+            .unwrap_or_default(),
+        credential_binding: runtime
+            .and_then(|r| r.credential_binding_ref.as_ref().map(|r| r.name.clone()))
+            .unwrap_or_default(),
+        sandbox_json: trace.sandbox_json,
+        effects_json: result
+            .and_then(|r| r.effects_observed.as_ref())
+            .and_then(|e| serde_json::to_string(e).ok())
+            .unwrap_or_default(),
+        verifier_json: result
+            .and_then(|r| r.verifier.as_ref())
+            .and_then(|v| serde_json::to_string(v).ok())
+            .unwrap_or_default(),
+    }
+}

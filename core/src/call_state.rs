@@ -109,6 +109,19 @@ pub fn phase_name(phase: Option<CallPhase>) -> &'static str {
     }
 }
 
+/// The first step of every call: it was received and recorded.
+pub fn requested(spec: &ToolCallSpec) -> Step {
+    Step::ok(
+        toolgate_crds::conditions::TOOL_CALL_REQUESTED,
+        "Accepted",
+        format!(
+            "{} proposed {} ({})",
+            spec.principal, spec.tool_ref.name, spec.intent.current_task
+        ),
+    )
+    .then(CallPhase::Pending)
+}
+
 /// `grant-matched` → `GrantMatched` (condition reasons are CamelCase).
 pub fn camel(code: &str) -> String {
     code.split(['-', '_'])

@@ -217,42 +217,29 @@ impl Backend for Runtime {
                 explain: true,
             },
         )?;
-        let runtime = rec.status.runtime.as_ref();
-        let result = rec.status.result.as_ref();
-        Ok(pb::Explanation {
-            call: Some(call_message(&rec)),
-            view: Some(view),
-            events: events.iter().map(event_message).collect(),
-            approval: rec
-                .approval
-                .as_ref()
-                .map(|a| a.name.clone())
-                .unwrap_or_default(),
-            approver: rec
-                .approval
-                .as_ref()
-                .map(|a| a.spec.approver.clone())
-                .unwrap_or_default(),
-            sandbox_policy: runtime
-                .and_then(|r| r.sandbox_policy_ref.as_ref().map(|r| r.name.clone()))
-                .unwrap_or_default(),
-            credential_binding: runtime
-                .and_then(|r| r.credential_binding_ref.as_ref().map(|r| r.name.clone()))
-                .unwrap_or_default(),
-            sandbox_json: rec
-                .sandbox
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            effects_json: result
-                .and_then(|r| r.effects_observed.as_ref())
-                .and_then(|e| serde_json::to_string(e).ok())
-                .unwrap_or_default(),
-            verifier_json: result
-                .and_then(|r| r.verifier.as_ref())
-                .and_then(|v| serde_json::to_string(v).ok())
-                .unwrap_or_default(),
-        })
+        Ok(toolgate_api::convert::explanation(
+            call_message(&rec),
+            &rec.status,
+            toolgate_api::convert::Trace {
+                view: Some(view),
+                events: events.iter().map(event_message).collect(),
+                approval: rec
+                    .approval
+                    .as_ref()
+                    .map(|a| a.name.clone())
+                    .unwrap_or_default(),
+                approver: rec
+                    .approval
+                    .as_ref()
+                    .map(|a| a.spec.approver.clone())
+                    .unwrap_or_default(),
+                sandbox_json: rec
+                    .sandbox
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            },
+        ))
     }
 
     async fn artifact(

@@ -15,9 +15,7 @@ use toolgate_core::call_state::{Step, apply, decision_steps, is_terminal, phase_
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
 use toolgate_core::lint::Linter;
 use toolgate_core::principal::Principal;
-use toolgate_crds::conditions::{
-    APPROVAL_GRANTED, APPROVAL_REQUESTED, FINISHED, STARTED, TOOL_CALL_REQUESTED,
-};
+use toolgate_crds::conditions::{APPROVAL_GRANTED, APPROVAL_REQUESTED, FINISHED, STARTED};
 use toolgate_crds::{
     ApprovalDecision, CallPhase, ConditionStatus, DecisionOutcome, LocalObjectRef, ToolApprovalSpec,
 };
@@ -216,17 +214,7 @@ impl Runtime {
             events: 0,
             attempts: 0,
         };
-        let mut steps = vec![
-            Step::ok(
-                TOOL_CALL_REQUESTED,
-                "Accepted",
-                format!(
-                    "{} proposed {} ({})",
-                    rec.spec.principal, rec.spec.tool_ref.name, rec.spec.intent.current_task
-                ),
-            )
-            .then(CallPhase::Pending),
-        ];
+        let mut steps = vec![toolgate_core::call_state::requested(&rec.spec)];
         let decision = decide_record(&loaded, &rec);
         let scopes = loaded
             .registry

@@ -599,39 +599,22 @@ impl Backend for KubeBackend {
             .and_then(|a| a.approval_ref.as_ref())
             .map(|r| r.name.clone())
             .unwrap_or_default();
-        let approver = cluster
-            .approvals
-            .iter()
-            .find(|a| a.metadata.name.as_deref() == Some(approval.as_str()))
-            .map(|a| a.spec.approver.clone())
-            .unwrap_or_default();
-        let runtime = status.runtime.as_ref();
-        let result = status.result.as_ref();
-        Ok(pb::Explanation {
-            call: Some(message(&call)),
-            view: Some(view),
-            events: events_of(id, &status),
-            approval,
-            approver,
-            sandbox_policy: runtime
-                .and_then(|r| r.sandbox_policy_ref.as_ref().map(|r| r.name.clone()))
-                .unwrap_or_default(),
-            credential_binding: runtime
-                .and_then(|r| r.credential_binding_ref.as_ref().map(|r| r.name.clone()))
-                .unwrap_or_default(),
-            sandbox_json: runtime
-                .and_then(|r| r.pod_name.clone())
-                .map(|p| serde_json::json!({"pod": p}).to_string())
-                .unwrap_or_default(),
-            effects_json: result
-                .and_then(|r| r.effects_observed.as_ref())
-                .and_then(|e| serde_json::to_string(e).ok())
-                .unwrap_or_default(),
-            verifier_json: result
-                .and_then(|r| r.verifier.as_ref())
-                .and_then(|v| serde_json::to_string(v).ok())
-                .unwrap_or_default(),
-        })
+        Ok(toolgate_api::convert::explanation(
+            message(&call),
+            &status,
+            toolgate_api::convert::Trace {
+                view: Some(view),
+                events: events_of(id, &status),
+                approver: cluster.approver_of(&approval),
+                approval,
+                sandbox_json: status
+                    .runtime
+                    .as_ref()
+                    .and_then(|r| r.pod_name.clone())
+                    .map(|p| serde_json::json!({"pod": p}).to_string())
+                    .unwrap_or_default(),
+            },
+        ))
     }
 
     async fn artifact(

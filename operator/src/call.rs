@@ -28,12 +28,11 @@ use toolgate_core::call_state::{
 };
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, decide_in};
 use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
-use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
+use toolgate_core::manifest::{ObjectSet, Spec};
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::Registry;
 use toolgate_crds::conditions::{
     APPROVAL_GRANTED, CREDENTIALS_BOUND, FINISHED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
-    TOOL_CALL_REQUESTED,
 };
 use toolgate_crds::{
     ApprovalState, CallPhase, CallResult, CallRuntime, CredentialBinding, DecisionOutcome,
@@ -42,7 +41,7 @@ use toolgate_crds::{
 };
 
 use crate::build::{self, Owner, PodInput};
-use crate::descriptor::FIELD_MANAGER;
+use crate::descriptor::{FIELD_MANAGER, meta_of, object};
 
 /// Condition type of a cancellation (as in the embedded runtime).
 pub const CANCELLED: &str = "Cancelled";
@@ -94,26 +93,6 @@ pub enum Error {
     /// The finalizer machinery.
     #[error("finalizer: {0}")]
     Finalizer(String),
-}
-
-fn meta_of<K: Resource>(k: &K) -> Meta {
-    let m = k.meta();
-    Meta {
-        name: m.name.clone().unwrap_or_default(),
-        namespace: m.namespace.clone(),
-        labels: m.labels.clone().unwrap_or_default().into_iter().collect(),
-    }
-}
-
-fn object(meta: Meta, spec: Spec) -> Object {
-    Object {
-        origin: Origin {
-            source: "cluster".into(),
-            document: 0,
-        },
-        meta,
-        spec,
-    }
 }
 
 /// The namespace's policy objects, as the core sees them.
@@ -174,6 +153,17 @@ pub(crate) async fn dereference(client: &Client, ns: &str, call: &str) -> Result
         registry,
         approvals,
     })
+}
+
+impl Namespace {
+    /// Who gave the named approval (empty when it is not there).
+    pub(crate) fn approver_of(&self, approval: &str) -> String {
+        self.approvals
+            .iter()
+            .find(|a| a.metadata.name.as_deref() == Some(approval))
+            .map(|a| a.spec.approver.clone())
+            .unwrap_or_default()
+    }
 }
 
 fn decide(ns: &Namespace, call: &ToolCall, namespace: &str) -> toolgate_core::decision::Decision {
@@ -331,17 +321,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
                 .tool(ns, &call.spec.tool_ref.name)
                 .map(|t| t.spec.permissions.required_scopes.clone())
                 .unwrap_or_default();
-            let mut steps = vec![
-                Step::ok(
-                    TOOL_CALL_REQUESTED,
-                    "Accepted",
-                    format!(
-                        "{} proposed {} ({})",
-                        call.spec.principal, call.spec.tool_ref.name, call.spec.intent.current_task
-                    ),
-                )
-                .then(CallPhase::Pending),
-            ];
+            let mut steps = vec![toolgate_core::call_state::requested(&call.spec)];
             steps.extend(decision_steps(
                 &mut status,
                 &call.spec,
@@ -358,12 +338,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             if decision.outcome == DecisionOutcome::Allow {
                 status.authorization = decision.authorization(jiff::Timestamp::now());
                 let approval = decision.approval.clone().unwrap_or_default();
-                let approver = cluster
-                    .approvals
-                    .iter()
-                    .find(|a| a.metadata.name.as_deref() == Some(approval.as_str()))
-                    .map(|a| a.spec.approver.clone())
-                    .unwrap_or_default();
+                let approver = cluster.approver_of(&approval);
                 let steps = [Step::ok(
                     APPROVAL_GRANTED,
                     "Approved",
@@ -851,39 +826,32 @@ async fn remove_children(
     with_pod: bool,
 ) -> Result<(), Error> {
     let child = build::child_name(call);
-    let dp = DeleteParams::default();
-    let ignore_missing = |r: Result<_, kube::Error>| match r {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Kube(e)),
-        Ok(_) => Ok(()),
-    };
-    ignore_missing(
-        Api::<Secret>::namespaced(client.clone(), ns)
-            .delete(&child, &dp)
-            .await
-            .map(|_| ()),
-    )?;
-    ignore_missing(
-        Api::<ConfigMap>::namespaced(client.clone(), ns)
-            .delete(&child, &dp)
-            .await
-            .map(|_| ()),
-    )?;
-    ignore_missing(
-        Api::<NetworkPolicy>::namespaced(client.clone(), ns)
-            .delete(&child, &dp)
-            .await
-            .map(|_| ()),
-    )?;
+    delete_if_present::<Secret>(client, ns, &child).await?;
+    delete_if_present::<ConfigMap>(client, ns, &child).await?;
+    delete_if_present::<NetworkPolicy>(client, ns, &child).await?;
     if with_pod {
-        ignore_missing(
-            Api::<Pod>::namespaced(client.clone(), ns)
-                .delete(&child, &dp)
-                .await
-                .map(|_| ()),
-        )?;
+        delete_if_present::<Pod>(client, ns, &child).await?;
     }
     Ok(())
+}
+
+/// Delete an object by name; one that is already gone is fine.
+async fn delete_if_present<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    match Api::<K>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+    }
 }
 
 fn error_policy(call: Arc<ToolCall>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -45,7 +45,8 @@ pub enum Error {
     NoNamespace(String),
 }
 
-fn meta_of<K: Resource>(k: &K) -> Meta {
+/// The metadata the core reads from a Kubernetes object.
+pub(crate) fn meta_of<K: Resource>(k: &K) -> Meta {
     let m = k.meta();
     Meta {
         name: m.name.clone().unwrap_or_default(),
@@ -54,7 +55,8 @@ fn meta_of<K: Resource>(k: &K) -> Meta {
     }
 }
 
-fn object(meta: Meta, spec: Spec) -> Object {
+/// A Kubernetes object as one of the core's manifest objects.
+pub(crate) fn object(meta: Meta, spec: Spec) -> Object {
     Object {
         origin: Origin {
             source: "cluster".into(),
