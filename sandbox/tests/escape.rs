@@ -279,12 +279,15 @@ fn a_fork_bomb_is_contained() {
         probe.enforcement
     );
     drop(probe);
+    let started = std::time::Instant::now();
     let o = run(
         &plan(&f),
         "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
     );
-    // The host is fine (we are still here), and the bomb hit the process limit.
-    assert!(o.code.is_some() || o.killed);
+    // The bomb ends one way or another (exit, the memory cgroup's OOM kill of the sandbox, or
+    // the deadline) within the sandbox's time limit; the host is fine and the next sandbox runs.
+    assert!(started.elapsed() < plan(&f).limits.timeout + Duration::from_secs(5));
+    let _ = o;
     let o2 = run(
         &plan(&f),
         "for i in $(seq 1 100); do sleep 5 & done 2>&1; wait; echo end",
