@@ -47,4 +47,4 @@ CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"
 trap 'tests/cluster/down.sh "$TOOLGATE_CLUSTER_DIR"' EXIT
 
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -908,6 +908,39 @@ fn the_agent_api_on_the_cluster() {
             .expect_err("bad token");
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
 
+        // The tool view on the cluster: what the agent's grants and the intent expose.
+        let view = api
+            .get_tool_view(req(
+                &agent,
+                pb::GetToolViewRequest {
+                    namespace: ns.clone(),
+                    intent: "echo a message for the test".into(),
+                    format: pb::ViewFormat::Mcp as i32,
+                    max_tools: 2,
+                    action_type: "execute".into(),
+                    explain: true,
+                },
+            ))
+            .await
+            .expect("view")
+            .into_inner();
+        assert_eq!(view.exposed.len(), 2, "{view:?}");
+        assert!(
+            view.exposed.iter().any(|t| t.name == "test.echo"),
+            "{view:?}"
+        );
+        assert!(
+            view.hidden
+                .iter()
+                .any(|h| h.code == "ranked-out" || h.code == "no-grant"),
+            "{view:?}"
+        );
+        let payload: serde_json::Value = serde_json::from_str(&view.payload_json).expect("json");
+        assert!(
+            payload[0]["inputSchema"].is_object(),
+            "MCP tools/list entries: {payload}"
+        );
+
         // Propose, watch to the end, read the artifact.
         let call = api
             .propose_call(req(
