@@ -188,3 +188,58 @@ pub fn new_call_name(now: Timestamp) -> String {
     };
     format!("call-{}-{}-{rand}", digits(0..10), digits(11..19))
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use toolgate_core::principal::Principal;
+
+    fn caller() -> Caller {
+        Caller {
+            principal: Principal::new("system:serviceaccount:team-a:fixer"),
+            approver_in: vec![],
+        }
+    }
+
+    proptest! {
+        /// Any request: a proposal or an error that names a field, never a panic.
+        #[test]
+        fn proposals_never_panic_and_errors_name_a_field(
+            tool in "\\PC{0,20}",
+            args in "\\PC{0,60}|\\{\"[a-z]{1,5}\": ?[0-9a-z\"]{1,8}\\}",
+            action in "[a-z_]{0,14}",
+            goal in "\\PC{0,30}",
+            key in "\\PC{0,20}",
+            digest in "(sha256:[a-f0-9]{64})?|\\PC{0,20}",
+            namespace in "[a-z-]{0,10}",
+        ) {
+            let req = pb::ProposeCallRequest {
+                namespace,
+                tool,
+                tool_digest: digest,
+                args_json: args,
+                intent: Some(pb::Intent {
+                    user_goal: goal.clone(),
+                    current_task: goal.clone(),
+                    action_type: action,
+                    rationale_summary: goal,
+                    evidence_refs: vec![],
+                }),
+                idempotency_key: key,
+                dry_run: false,
+                session_id: String::new(),
+            };
+            match Proposal::validate(&caller(), &req) {
+                Ok(p) => {
+                    prop_assert!(p.args.is_object());
+                    prop_assert!(!p.tool.is_empty());
+                }
+                Err(ApiError::InvalidArgument { field, message }) => {
+                    prop_assert!(!field.is_empty() && !message.is_empty());
+                }
+                Err(other) => prop_assert!(false, "unexpected error kind: {other}"),
+            }
+        }
+    }
+}

@@ -1156,3 +1156,63 @@ fn the_command_line_client_drives_a_call_through_approval() {
     assert_eq!(code, Some(1));
     assert!(err.contains("(field args_json)"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_approval_covers_the_same_args_in_the_same_session_only() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let in_session = |msg: &str, session: &str| {
+        let mut p = propose("test.gated", serde_json::json!({"msg": msg}), "execute");
+        p.session_id = session.into();
+        p
+    };
+    let first = c
+        .propose_call(req(AGENT, in_session("same", "sess-1")))
+        .await
+        .expect("first")
+        .into_inner();
+    assert_eq!(first.phase, "AwaitingApproval");
+    let mut approval = approval_of(&first);
+    approval.for_session = true;
+    c.approve_call(req(REVIEWER, approval))
+        .await
+        .expect("approved for the session");
+    assert_eq!(
+        wait_phase(&mut c, &first.id, &["Succeeded", "Failed"])
+            .await
+            .phase,
+        "Succeeded"
+    );
+    // The same args in the same session run without asking again.
+    let second = c
+        .propose_call(req(AGENT, in_session("same", "sess-1")))
+        .await
+        .expect("second")
+        .into_inner();
+    assert_eq!(second.phase, "Authorized", "{:?}", second.reasons);
+    assert!(
+        second.reasons.iter().any(|r| r.code == "approval-granted"),
+        "{:?}",
+        second.reasons
+    );
+    assert_eq!(
+        wait_phase(&mut c, &second.id, &["Succeeded", "Failed"])
+            .await
+            .phase,
+        "Succeeded"
+    );
+    // Other args, or another session, wait for a human again.
+    let other_args = c
+        .propose_call(req(AGENT, in_session("different", "sess-1")))
+        .await
+        .expect("other args")
+        .into_inner();
+    assert_eq!(other_args.phase, "AwaitingApproval");
+    let other_session = c
+        .propose_call(req(AGENT, in_session("same", "sess-2")))
+        .await
+        .expect("other session")
+        .into_inner();
+    assert_eq!(other_session.phase, "AwaitingApproval");
+}

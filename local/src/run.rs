@@ -44,13 +44,17 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     let data = rt.inner.config.data.clone();
     let run_dir = data.join("run").join(id);
     let mut prepared: Option<Prepared> = None;
+    let session = match rt.inner.store.get(id) {
+        Ok(Some(rec)) => rt.session_approvals(&rec)?,
+        _ => vec![],
+    };
     // Steps up to Started, under the write lock, durable before the process starts.
     let rec = rt
         .transition(id, |rec| {
             if rec.status.phase != Some(CallPhase::Authorized) {
                 return Ok(vec![]);
             }
-            match prepare(rec, &loaded, &rt.inner.config, &run_dir) {
+            match prepare(rec, &loaded, &session, &rt.inner.config, &run_dir) {
                 Err(steps) => Ok(steps),
                 Ok((p, mut steps)) => {
                     rec.attempts += 1;
@@ -114,6 +118,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
 fn prepare(
     rec: &mut CallRecord,
     loaded: &Loaded,
+    session: &[crate::store::ApprovalRecord],
     config: &crate::runtime::Config,
     run_dir: &Path,
 ) -> Result<(Prepared, Vec<Step>), Vec<Step>> {
@@ -125,7 +130,7 @@ fn prepare(
         ]
     };
     // Decide again: the manifests may have changed, the approval expired.
-    let decision = decide_record(loaded, rec);
+    let decision = decide_record(loaded, rec, session);
     if decision.outcome != DecisionOutcome::Allow {
         let reasons = reasons_text(&decision);
         let code = decision

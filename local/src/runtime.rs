@@ -215,7 +215,8 @@ impl Runtime {
             attempts: 0,
         };
         let mut steps = vec![toolgate_core::call_state::requested(&rec.spec)];
-        let decision = decide_record(&loaded, &rec);
+        let session = self.session_approvals(&rec)?;
+        let decision = decide_record(&loaded, &rec, &session);
         let scopes = loaded
             .registry
             .tool(&rec.namespace, &rec.spec.tool_ref.name)
@@ -252,6 +253,32 @@ impl Runtime {
             .ok_or_else(|| ApiError::NotFound {
                 what: format!("call {id:?}"),
             })
+    }
+
+    /// The allowForSession approvals of other calls in the same namespace and session (none
+    /// without a session).
+    pub(crate) fn session_approvals(
+        &self,
+        rec: &CallRecord,
+    ) -> Result<Vec<ApprovalRecord>, ApiError> {
+        let Some(session) = rec.spec.session_id.as_deref() else {
+            return Ok(vec![]);
+        };
+        Ok(self
+            .inner
+            .store
+            .scan(None, usize::MAX, |r| {
+                r.id != rec.id
+                    && r.namespace == rec.namespace
+                    && r.spec.session_id.as_deref() == Some(session)
+                    && r.approval
+                        .as_ref()
+                        .is_some_and(|a| a.spec.decision == ApprovalDecision::AllowForSession)
+            })
+            .map_err(internal)?
+            .into_iter()
+            .filter_map(|r| r.approval)
+            .collect())
     }
 
     /// A call the caller may see.
@@ -397,7 +424,7 @@ impl Runtime {
                     spec,
                     consumed: false,
                 });
-                let decision = decide_record(&loaded, rec);
+                let decision = decide_record(&loaded, rec, &[]);
                 if decision.outcome != DecisionOutcome::Allow {
                     let why = decision
                         .reasons
@@ -639,11 +666,17 @@ pub(crate) fn record_steps(rec: &mut CallRecord, steps: &[Step]) -> Vec<EventRec
 }
 
 /// Decide a record against the loaded manifests, with its approval if any.
-pub(crate) fn decide_record(loaded: &Loaded, rec: &CallRecord) -> Decision {
+/// `session` holds the allowForSession approvals given to other calls of the call's session.
+pub(crate) fn decide_record(
+    loaded: &Loaded,
+    rec: &CallRecord,
+    session: &[ApprovalRecord],
+) -> Decision {
     let principal = Principal::new(rec.spec.principal.clone()).with_groups(rec.groups.clone());
     let approvals: Vec<ApprovalEntry<'_>> = rec
         .approval
         .iter()
+        .chain(session)
         .map(|a| ApprovalEntry {
             name: &a.name,
             spec: &a.spec,
