@@ -298,8 +298,18 @@ impl KubeBackend {
                 scopes,
                 principal: call.spec.principal.clone(),
                 approver: caller.name().into(),
+                session_id: match decision {
+                    ApprovalDecision::AllowForSession => {
+                        Some(call.spec.session_id.clone().ok_or_else(|| {
+                            ApiError::field(
+                                "for_session",
+                                "the call has no session_id; approve it once instead",
+                            )
+                        })?)
+                    }
+                    _ => None,
+                },
                 decision,
-                session_id: None,
                 expires_at: toolgate_crds::Timestamp(expires),
                 comment: (!comment.is_empty()).then(|| comment.to_string()),
             },
@@ -540,16 +550,15 @@ impl Backend for KubeBackend {
         caller: &Caller,
         req: pb::ApproveCallRequest,
     ) -> Result<pb::Call, ApiError> {
-        if req.for_session {
-            return Err(ApiError::field(
-                "for_session",
-                "session approvals through the cluster API are not supported yet; approve each call",
-            ));
-        }
+        let decision = if req.for_session {
+            ApprovalDecision::AllowForSession
+        } else {
+            ApprovalDecision::AllowOnce
+        };
         self.approval(
             caller,
             &req.id,
-            ApprovalDecision::AllowOnce,
+            decision,
             Some((&req.args_digest, &req.tool_digest)),
             req.ttl_seconds,
             &req.comment,

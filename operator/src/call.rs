@@ -774,12 +774,18 @@ async fn consume_approval(ctx: &Context, ns: &str, status: &ToolCallStatus) {
     else {
         return;
     };
+    let api = Api::<ToolApproval>::namespaced(ctx.client.clone(), ns);
+    // A session approval covers later calls of its session: it is not used up.
+    match api.get_opt(&name).await {
+        Ok(Some(a)) if a.spec.decision == toolgate_crds::ApprovalDecision::AllowOnce => {}
+        _ => return,
+    }
     let patch = serde_json::json!({
         "apiVersion": toolgate_crds::API_VERSION,
         "kind": "ToolApproval",
         "status": {"state": "Consumed"},
     });
-    if let Err(e) = Api::<ToolApproval>::namespaced(ctx.client.clone(), ns)
+    if let Err(e) = api
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),

@@ -808,6 +808,33 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
     }
 }
 
+/// Poll a call through the API until it reaches `phase`.
+async fn wait_call(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    token: &str,
+    id: &str,
+    phase: &str,
+) -> toolgate_proto::v1::Call {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut r = tonic::Request::new(toolgate_proto::v1::GetCallRequest { id: id.into() });
+        r.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("h"),
+        );
+        let c = api.get_call(r).await.expect("get").into_inner();
+        if c.phase == phase {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} stuck in {} waiting for {phase}",
+            c.phase
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A user's bearer token from the test control plane's kubeconfig (tests/cluster/up.sh writes
 /// `- {name: agent, user: {token: …}}`).
 fn token_of(user: &str) -> String {
@@ -1112,6 +1139,37 @@ fn the_agent_api_on_the_cluster() {
             x.view
                 .is_some_and(|v| v.exposed.iter().any(|t| t.name == "test.gated"))
         );
+
+        // A session approval covers the same args in the same session, and nothing else.
+        let in_session = |msg: &str, session: &str| {
+            let mut p = proposal("test.gated", &format!(r#"{{"msg": "{msg}"}}"#), "");
+            p.session_id = session.into();
+            p
+        };
+        let first = api
+            .propose_call(req(&agent, in_session("session", "s-1")))
+            .await
+            .expect("first")
+            .into_inner();
+        let shown = wait_call(&mut api, &reviewer, &first.id, "AwaitingApproval").await;
+        let mut for_session = approve(&shown);
+        for_session.for_session = true;
+        api.approve_call(req(&reviewer, for_session))
+            .await
+            .expect("approved for the session");
+        wait_call(&mut api, &agent, &first.id, "Succeeded").await;
+        let second = api
+            .propose_call(req(&agent, in_session("session", "s-1")))
+            .await
+            .expect("second")
+            .into_inner();
+        wait_call(&mut api, &agent, &second.id, "Succeeded").await;
+        let elsewhere = api
+            .propose_call(req(&agent, in_session("session", "s-2")))
+            .await
+            .expect("other session")
+            .into_inner();
+        wait_call(&mut api, &agent, &elsewhere.id, "AwaitingApproval").await;
 
         // Cancel a running call: the pod goes, the call says so.
         let sleepy = api
