@@ -1216,3 +1216,71 @@ async fn a_session_approval_covers_the_same_args_in_the_same_session_only() {
         .into_inner();
     assert_eq!(other_session.phase, "AwaitingApproval");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_runs_report_without_acting_and_lists_page() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    // file.delete (L5) says `approvalPolicy: always`: even its dry run waits for a human, and
+    // once approved, the dry run reports and deletes nothing.
+    let mut p = propose(
+        "file.delete",
+        serde_json::json!({"path": "src/a.ts"}),
+        "delete",
+    );
+    p.dry_run = true;
+    let call = c
+        .propose_call(req(AGENT, p))
+        .await
+        .expect("proposed")
+        .into_inner();
+    assert!(call.dry_run);
+    assert_eq!(call.phase, "AwaitingApproval");
+    c.approve_call(req(REVIEWER, approval_of(&call)))
+        .await
+        .expect("approved");
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert!(
+        dir.path().join("workspace/src/a.ts").exists(),
+        "a dry run deleted the file"
+    );
+
+    for i in 0..3 {
+        submit(
+            &mut c,
+            "test.echo",
+            serde_json::json!({"msg": format!("page {i}")}),
+            "execute",
+        )
+        .await;
+    }
+    let page = |token: String| pb::ListCallsRequest {
+        tool: "test.echo".into(),
+        page_size: 2,
+        page_token: token,
+        ..Default::default()
+    };
+    let first = c
+        .list_calls(req(AGENT, page(String::new())))
+        .await
+        .expect("page 1")
+        .into_inner();
+    assert_eq!(first.calls.len(), 2);
+    assert!(!first.next_page_token.is_empty());
+    let second = c
+        .list_calls(req(AGENT, page(first.next_page_token.clone())))
+        .await
+        .expect("page 2")
+        .into_inner();
+    assert_eq!(second.calls.len(), 1);
+    assert!(second.next_page_token.is_empty());
+    let ids: std::collections::BTreeSet<String> = first
+        .calls
+        .iter()
+        .chain(&second.calls)
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(ids.len(), 3, "no call twice, none missing");
+}
