@@ -189,6 +189,30 @@ pub fn new_call_name(now: Timestamp) -> String {
     format!("call-{}-{}-{rand}", digits(0..10), digits(11..19))
 }
 
+/// The page size a ListCalls request asks for (0 means 50; at most 500).
+pub fn page_size(req: &pb::ListCallsRequest) -> Result<usize, ApiError> {
+    match req.page_size {
+        0 => Ok(50),
+        n @ 1..=500 => Ok(n as usize),
+        n => Err(ApiError::field(
+            "page_size",
+            format!("expected 1 to 500, got {n}"),
+        )),
+    }
+}
+
+/// Whether a call passes a ListCalls request's filters.
+pub fn list_filter_matches(
+    req: &pb::ListCallsRequest,
+    phase: &str,
+    tool: &str,
+    principal: &str,
+) -> bool {
+    (req.phase.is_empty() || phase == req.phase)
+        && (req.tool.is_empty() || tool == req.tool)
+        && (req.principal.is_empty() || principal == req.principal)
+}
+
 #[cfg(test)]
 mod properties {
     use super::*;

@@ -81,24 +81,18 @@ impl Backend for Runtime {
         caller: &Caller,
         req: pb::ListCallsRequest,
     ) -> Result<pb::ListCallsResponse, ApiError> {
-        let size = match req.page_size {
-            0 => 50,
-            n @ 1..=500 => n as usize,
-            n => {
-                return Err(ApiError::field(
-                    "page_size",
-                    format!("expected 1 to 500, got {n}"),
-                ));
-            }
-        };
+        let size = toolgate_api::request::page_size(&req)?;
         let after = (!req.page_token.is_empty()).then_some(req.page_token.as_str());
         let page = self
             .store()
             .scan(after, size + 1, |r| {
                 (r.spec.principal == caller.name() || caller.approves_in(&r.namespace))
-                    && (req.phase.is_empty() || phase_name(r.status.phase) == req.phase)
-                    && (req.tool.is_empty() || r.spec.tool_ref.name == req.tool)
-                    && (req.principal.is_empty() || r.spec.principal == req.principal)
+                    && toolgate_api::request::list_filter_matches(
+                        &req,
+                        phase_name(r.status.phase),
+                        &r.spec.tool_ref.name,
+                        &r.spec.principal,
+                    )
             })
             .map_err(internal)?;
         let more = page.len() > size;

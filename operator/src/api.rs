@@ -406,16 +406,7 @@ impl Backend for KubeBackend {
         caller: &Caller,
         req: pb::ListCallsRequest,
     ) -> Result<pb::ListCallsResponse, ApiError> {
-        let size = match req.page_size {
-            0 => 50,
-            n @ 1..=500 => n as usize,
-            n => {
-                return Err(ApiError::field(
-                    "page_size",
-                    format!("expected 1 to 500, got {n}"),
-                ));
-            }
-        };
+        let size = toolgate_api::request::page_size(&req)?;
         let calls = self
             .scope
             .api::<ToolCall>(&self.client)
@@ -447,10 +438,12 @@ impl Backend for KubeBackend {
                 }
             }
             let phase = phase_name(c.status.as_ref().and_then(|s| s.phase));
-            if (!req.phase.is_empty() && phase != req.phase)
-                || (!req.tool.is_empty() && c.spec.tool_ref.name != req.tool)
-                || (!req.principal.is_empty() && c.spec.principal != req.principal)
-            {
+            if !toolgate_api::request::list_filter_matches(
+                &req,
+                phase,
+                &c.spec.tool_ref.name,
+                &c.spec.principal,
+            ) {
                 continue;
             }
             out.push(message(&c));
