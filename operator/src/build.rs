@@ -361,11 +361,13 @@ fn dns_rule() -> NetworkPolicyEgressRule {
 
 /// The NetworkPolicy of one call's pod: all ingress denied; egress none, the allowed CIDRs, or
 /// (http adapter with domains) DNS plus HTTPS/HTTP to public addresses, which the executor's
-/// client narrows to the allowed domains; private ranges excepted when the policy says so.
+/// client narrows to the allowed domains; private ranges excepted when the policy says so; plus
+/// the artifact store's CIDRs, which the executor needs for every call.
 pub fn network_policy(
     o: &Owner<'_>,
     policy: &SandboxPolicySpec,
     adapter: ExecutionAdapter,
+    artifact_store: &[String],
 ) -> Result<NetworkPolicy, BuildError> {
     let net = &policy.network;
     let (v4_except, v6_except): (&[&str], &[&str]) = if net.deny_private_networks {
@@ -418,6 +420,15 @@ pub fn network_policy(
             rules
         }
     };
+    // The executor uploads the full output: the artifact store stays reachable whatever the
+    // tool's egress (operator flag --artifacts-egress-cidr).
+    let mut egress = egress;
+    if !artifact_store.is_empty() {
+        egress.push(NetworkPolicyEgressRule {
+            to: Some(artifact_store.iter().map(|c| ip_peer(c, &[])).collect()),
+            ports: None,
+        });
+    }
     Ok(NetworkPolicy {
         metadata: meta(o, "network-policy"),
         spec: Some(NetworkPolicySpec {
@@ -576,6 +587,7 @@ mod tests {
             &OWNER,
             &policy(serde_json::json!({"egress": "none"})),
             ExecutionAdapter::Cli,
+            &[],
         )
         .expect("none");
         let spec = none.spec.expect("spec");
@@ -597,6 +609,7 @@ mod tests {
             &OWNER,
             &policy(serde_json::json!({"egress": "open", "denyPrivateNetworks": true})),
             ExecutionAdapter::Cli,
+            &[],
         )
         .expect("open");
         let rules = open.spec.expect("spec").egress.expect("egress");
@@ -615,6 +628,7 @@ mod tests {
             &OWNER,
             &policy(serde_json::json!({"egress": "allowlist", "allowCidrs": ["203.0.113.0/24"]})),
             ExecutionAdapter::Cli,
+            &[],
         )
         .expect("cidrs");
         let rules = cidrs.spec.expect("spec").egress.expect("egress");
@@ -631,7 +645,7 @@ mod tests {
         let domains = policy(
             serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"], "denyPrivateNetworks": true}),
         );
-        let http = network_policy(&OWNER, &domains, ExecutionAdapter::Http).expect("http");
+        let http = network_policy(&OWNER, &domains, ExecutionAdapter::Http, &[]).expect("http");
         let rules = http.spec.expect("spec").egress.expect("egress");
         assert_eq!(rules.len(), 2, "web ports to public ranges, and DNS");
         let ports: Vec<_> = rules[0]
@@ -646,9 +660,30 @@ mod tests {
             vec![Some(IntOrString::Int(443)), Some(IntOrString::Int(80))]
         );
         assert!(matches!(
-            network_policy(&OWNER, &domains, ExecutionAdapter::Cli),
+            network_policy(&OWNER, &domains, ExecutionAdapter::Cli, &[]),
             Err(BuildError::DomainsForProcess(_))
         ));
+    }
+
+    #[test]
+    fn the_artifact_store_stays_reachable_even_with_egress_none() {
+        let np = network_policy(
+            &OWNER,
+            &policy(serde_json::json!({"egress": "none"})),
+            ExecutionAdapter::Cli,
+            &["10.96.40.0/24".to_string()],
+        )
+        .expect("policy");
+        let rules = np.spec.expect("spec").egress.expect("egress");
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].to.as_ref().expect("to")[0]
+                .ip_block
+                .as_ref()
+                .expect("block")
+                .cidr,
+            "10.96.40.0/24"
+        );
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct CallConfig {
     pub artifact_secret: Option<String>,
     /// Where credentials come from.
     pub broker: Arc<dyn CredentialBroker>,
+    /// CIDRs of the artifact store, opened in every call's NetworkPolicy for the executor.
+    pub artifact_egress: Vec<String>,
     /// How long a failed call's pod is kept for debugging.
     pub keep_failed_pods: Duration,
 }
@@ -519,7 +521,12 @@ async fn start(
         namespace: ns,
         uid: &uid,
     };
-    let netpol = match build::network_policy(&owner, policy, tool.spec.execution.adapter) {
+    let netpol = match build::network_policy(
+        &owner,
+        policy,
+        tool.spec.execution.adapter,
+        &ctx.config.artifact_egress,
+    ) {
         Ok(n) => n,
         Err(e) => {
             ctx.record(
@@ -1101,6 +1108,7 @@ mod scenarios {
                 },
                 artifact_secret: None,
                 broker: Arc::new(toolgate_broker::NoBroker),
+                artifact_egress: vec![],
                 keep_failed_pods: Duration::from_secs(0),
             },
             metrics: Arc::default(),

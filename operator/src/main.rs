@@ -53,6 +53,11 @@ struct Args {
     /// Endpoint of the S3-compatible server (default: AWS).
     #[arg(long, requires = "artifacts_bucket")]
     artifacts_endpoint: Option<String>,
+    /// CIDR of the artifact store (repeatable): every call's NetworkPolicy lets the executor
+    /// reach it, whatever the tool's egress. Without it, a CNI that enforces NetworkPolicies
+    /// blocks the upload of calls whose egress is none.
+    #[arg(long = "artifacts-egress-cidr")]
+    artifacts_egress_cidrs: Vec<String>,
     /// A directory for artifacts, shared with the node (single-node and test clusters).
     #[arg(long)]
     artifacts_dir: Option<std::path::PathBuf>,
@@ -119,6 +124,7 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
         artifacts,
         artifact_secret: args.artifact_secret.clone(),
         broker,
+        artifact_egress: args.artifacts_egress_cidrs.clone(),
         keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
     })
 }

@@ -45,6 +45,8 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
             "--set",
             "artifacts.credentialsSecret=toolgate-artifacts",
             "--set",
+            "artifacts.egressCidrs={10.96.40.0/24}",
+            "--set",
             "credentials.secretsFileSecret=toolgate-secrets",
             "--set",
             "grpc.enabled=false",
@@ -101,6 +103,13 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
             args.iter().any(|a| a.starts_with("--artifacts-bucket=")),
             "{args:?}"
         );
+        if !values.is_empty() {
+            assert!(
+                args.contains(&"--artifacts-egress-cidr=10.96.40.0/24"),
+                "{args:?}"
+            );
+            assert!(args.contains(&"--namespace=team-a"), "{args:?}");
+        }
     }
 
     // The admission policies are identity.yaml with this release's service account.
