@@ -122,6 +122,112 @@ pub fn requested(spec: &ToolCallSpec) -> Step {
     .then(CallPhase::Pending)
 }
 
+/// When the decision taken again right before running no longer allows the call: the steps that
+/// end it (the manifests changed, the approval expired or stopped binding, the grant went).
+pub fn recheck_steps(d: &Decision) -> Option<Vec<Step>> {
+    if d.outcome == DecisionOutcome::Allow {
+        return None;
+    }
+    let code = d.reasons.last().map_or("decision-changed", |r| r.code);
+    Some(vec![
+        Step::failed(
+            POLICY_CHECKED,
+            camel(code),
+            format!("checked again before running: {}", reasons_text(d)),
+        ),
+        Step::failed(STATE_UPDATED, "Denied", "the call ended without running")
+            .then(CallPhase::Denied),
+    ])
+}
+
+/// What an allowed call runs with, found before anything runs (invariant 10).
+#[derive(Debug, Clone, Copy)]
+pub struct RunTarget<'a> {
+    /// The registered tool.
+    pub tool: &'a crate::registry::RegisteredTool,
+    /// Name of its sandbox policy.
+    pub policy_name: &'a str,
+    /// The sandbox policy.
+    pub policy: &'a toolgate_crds::SandboxPolicySpec,
+    /// Its credential binding, by name, if it has one.
+    pub binding: Option<(&'a str, &'a toolgate_crds::CredentialBindingSpec)>,
+}
+
+/// The steps that end a call that cannot run: the condition at fault, then `StateUpdated`.
+pub fn cannot_run(kind: &'static str, reason: &str, message: impl Into<String>) -> Vec<Step> {
+    vec![
+        Step::failed(kind, reason.to_string(), message),
+        Step::failed(STATE_UPDATED, "Failed", "the call ended without running")
+            .then(CallPhase::Failed),
+    ]
+}
+
+/// Look up the tool, its sandbox policy and its credential binding in a namespace. Both runtimes
+/// use this, so a call that cannot run fails for the same reason with the same words.
+pub fn run_target<'a>(
+    registry: &'a crate::registry::Registry,
+    objects: &'a crate::manifest::ObjectSet,
+    namespace: &str,
+    tool_name: &str,
+) -> Result<RunTarget<'a>, Vec<Step>> {
+    use crate::manifest::Spec;
+    use toolgate_crds::conditions::{CREDENTIALS_BOUND, SANDBOX_PREPARED};
+    let tool = registry.tool(namespace, tool_name).ok_or_else(|| {
+        cannot_run(
+            SANDBOX_PREPARED,
+            "ToolMissing",
+            format!("tool {tool_name} is gone"),
+        )
+    })?;
+    let policy_name = tool
+        .spec
+        .sandbox_policy_ref
+        .as_ref()
+        .map(|r| r.name.as_str())
+        .ok_or_else(|| {
+            cannot_run(
+                SANDBOX_PREPARED,
+                "SandboxPolicyMissing",
+                format!("tool {tool_name} names no sandboxPolicyRef; nothing runs without one"),
+            )
+        })?;
+    let policy = match objects
+        .find("SandboxPolicy", namespace, policy_name)
+        .map(|o| &o.spec)
+    {
+        Some(Spec::SandboxPolicy(p)) => &**p,
+        _ => {
+            return Err(cannot_run(
+                SANDBOX_PREPARED,
+                "SandboxPolicyMissing",
+                format!("SandboxPolicy {policy_name} does not exist in {namespace}"),
+            ));
+        }
+    };
+    let binding = match &tool.spec.credential_binding_ref {
+        None => None,
+        Some(r) => match objects
+            .find("CredentialBinding", namespace, &r.name)
+            .map(|o| &o.spec)
+        {
+            Some(Spec::CredentialBinding(b)) => Some((r.name.as_str(), &**b)),
+            _ => {
+                return Err(cannot_run(
+                    CREDENTIALS_BOUND,
+                    "BindingMissing",
+                    format!("CredentialBinding {} does not exist in {namespace}", r.name),
+                ));
+            }
+        },
+    };
+    Ok(RunTarget {
+        tool,
+        policy_name,
+        policy,
+        binding,
+    })
+}
+
 /// `grant-matched` → `GrantMatched` (condition reasons are CamelCase).
 pub fn camel(code: &str) -> String {
     code.split(['-', '_'])

@@ -11,13 +11,15 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
 use toolgate_api::ApiError;
-use toolgate_core::call_state::{Step, camel, finished_steps, reasons_text};
+use toolgate_core::call_state::{
+    RunTarget, Step, cannot_run, finished_steps, recheck_steps, run_target,
+};
 use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
 use toolgate_core::redact::Redactor;
 use toolgate_crds::conditions::{
-    CREDENTIALS_BOUND, FINISHED, POLICY_CHECKED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
+    CREDENTIALS_BOUND, FINISHED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
 };
-use toolgate_crds::{CallPhase, CallResult, CallRuntime, DecisionOutcome, LocalObjectRef};
+use toolgate_crds::{CallPhase, CallResult, CallRuntime, LocalObjectRef};
 use toolgate_sandbox::plan::{Context, Network};
 
 use crate::manifests::Loaded;
@@ -122,72 +124,27 @@ fn prepare(
     config: &crate::runtime::Config,
     run_dir: &Path,
 ) -> Result<(Prepared, Vec<Step>), Vec<Step>> {
-    let fail = |kind, reason: &str, message: String| {
-        vec![
-            Step::failed(kind, reason.to_string(), message),
-            Step::failed(STATE_UPDATED, "Failed", "the call ended without running")
-                .then(CallPhase::Failed),
-        ]
-    };
+    let fail = |kind, reason: &str, message: String| cannot_run(kind, reason, message);
     // Decide again: the manifests may have changed, the approval expired.
     let decision = decide_record(loaded, rec, session);
-    if decision.outcome != DecisionOutcome::Allow {
-        let reasons = reasons_text(&decision);
-        let code = decision
-            .reasons
-            .last()
-            .map_or("decision-changed", |r| r.code);
+    if let Some(steps) = recheck_steps(&decision) {
         rec.status.authorization = decision.authorization(Timestamp::now());
-        return Err(vec![
-            Step::failed(
-                POLICY_CHECKED,
-                camel(code),
-                format!("checked again before running: {reasons}"),
-            ),
-            Step::failed(STATE_UPDATED, "Denied", "the call ended without running")
-                .then(CallPhase::Denied),
-        ]);
+        return Err(steps);
     }
-    let Some(tool) = loaded
-        .registry
-        .tool(&rec.namespace, &rec.spec.tool_ref.name)
-    else {
-        return Err(fail(
-            SANDBOX_PREPARED,
-            "ToolMissing",
-            "the tool is gone".into(),
-        ));
-    };
-    let Some(policy_name) = tool.spec.sandbox_policy_ref.as_ref().map(|r| &r.name) else {
-        return Err(fail(
-            SANDBOX_PREPARED,
-            "SandboxPolicyMissing",
-            format!(
-                "tool {} names no sandboxPolicyRef; nothing runs without one",
-                rec.spec.tool_ref.name
-            ),
-        ));
-    };
-    let Some(policy) = loaded
-        .objects
-        .find("SandboxPolicy", &rec.namespace, policy_name)
-        .and_then(|o| match &o.spec {
-            toolgate_core::manifest::Spec::SandboxPolicy(s) => Some(s.clone()),
-            _ => None,
-        })
-    else {
-        return Err(fail(
-            SANDBOX_PREPARED,
-            "SandboxPolicyMissing",
-            format!(
-                "SandboxPolicy {policy_name} does not exist in {}",
-                rec.namespace
-            ),
-        ));
-    };
+    let RunTarget {
+        tool,
+        policy_name,
+        policy,
+        binding,
+    } = run_target(
+        &loaded.registry,
+        &loaded.objects,
+        &rec.namespace,
+        &rec.spec.tool_ref.name,
+    )?;
     let env: Vec<(String, String)> = std::env::vars().collect();
     let mut plan = match toolgate_sandbox::resolve(
-        &policy,
+        policy,
         &Context {
             workspace: &config.workspace,
             env: &env,
@@ -234,28 +191,6 @@ fn prepare(
     plan.expose_writable(&out_dir);
     plan.expose_writable(&call_artifacts);
 
-    let binding = match &tool.spec.credential_binding_ref {
-        None => None,
-        Some(r) => match loaded
-            .objects
-            .find("CredentialBinding", &rec.namespace, &r.name)
-            .and_then(|o| match &o.spec {
-                toolgate_core::manifest::Spec::CredentialBinding(b) => Some(b.clone()),
-                _ => None,
-            }) {
-            Some(b) => Some((r.name.clone(), b)),
-            None => {
-                return Err(fail(
-                    CREDENTIALS_BOUND,
-                    "BindingMissing",
-                    format!(
-                        "CredentialBinding {} does not exist in {}",
-                        r.name, rec.namespace
-                    ),
-                ));
-            }
-        },
-    };
     let event_id = format!("{}/{}", rec.id, rec.events + 3);
     let spec = exec_spec(ExecInput {
         call: CallIdentity {
@@ -264,13 +199,13 @@ fn prepare(
             event_id,
         },
         tool: &tool.spec,
-        policy: &policy,
+        policy,
         args: rec.spec.args.clone(),
         dry_run: rec.spec.dry_run,
         artifacts: ArtifactTarget::Local {
             dir: artifacts_root.display().to_string(),
         },
-        credential: binding.as_ref().map(|(n, b)| (n.as_str(), &**b)),
+        credential: binding,
         working_dir: Some(match &tool.spec.execution.working_dir {
             Some(w) => Path::new(toolgate_sandbox::plan::WORKSPACE_INSIDE)
                 .join(w)
@@ -295,7 +230,7 @@ fn prepare(
     let runtime = rec.status.runtime.get_or_insert_with(CallRuntime::default);
     runtime.adapter = Some(format!("{:?}", tool.spec.execution.adapter).to_lowercase());
     runtime.sandbox_policy_ref = Some(LocalObjectRef {
-        name: policy_name.clone(),
+        name: policy_name.to_string(),
     });
     let mut secret = None;
     match &binding {
@@ -316,7 +251,7 @@ fn prepare(
                 let file = spec
                     .credentials
                     .first()
-                    .map_or(name.clone(), |c| c.file_name.clone());
+                    .map_or_else(|| name.to_string(), |c| c.file_name.clone());
                 let path = creds_dir.join(&file);
                 std::fs::OpenOptions::new()
                     .write(true)
@@ -327,7 +262,9 @@ fn prepare(
                         std::io::Write::write_all(&mut f, issued.value.expose().as_bytes())
                     })
                     .map_err(|e| io("writing the credential file", e))?;
-                runtime.credential_binding_ref = Some(LocalObjectRef { name: name.clone() });
+                runtime.credential_binding_ref = Some(LocalObjectRef {
+                    name: name.to_string(),
+                });
                 steps.push(Step::ok(
                     CREDENTIALS_BOUND,
                     "Brokered",

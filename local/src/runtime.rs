@@ -267,16 +267,10 @@ impl Runtime {
         Ok(self
             .inner
             .store
-            .scan(None, usize::MAX, |r| {
-                r.id != rec.id
-                    && r.namespace == rec.namespace
-                    && r.spec.session_id.as_deref() == Some(session)
-                    && r.approval
-                        .as_ref()
-                        .is_some_and(|a| a.spec.decision == ApprovalDecision::AllowForSession)
-            })
+            .session_approved(&rec.namespace, session)
             .map_err(internal)?
             .into_iter()
+            .filter(|r| r.id != rec.id)
             .filter_map(|r| r.approval)
             .collect())
     }

@@ -18,6 +18,13 @@ use toolgate_crds::{ToolApprovalSpec, ToolCallSpec, ToolCallStatus};
 const CALLS: TableDefinition<&str, &[u8]> = TableDefinition::new("calls");
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempotency");
+/// `namespace \0 session \0 call` → call, for the calls of a session holding an allowForSession
+/// approval: deciding a call in a session reads these, not the whole store.
+const SESSION_APPROVALS: TableDefinition<&str, &str> = TableDefinition::new("session-approvals");
+
+fn session_prefix(namespace: &str, session: &str) -> String {
+    format!("{namespace}\0{session}\0")
+}
 
 /// One call as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -142,6 +149,8 @@ impl Store {
             tx.open_table(EVENTS).map_err(|e| db_err(e.to_string()))?;
             tx.open_table(IDEMPOTENCY)
                 .map_err(|e| db_err(e.to_string()))?;
+            tx.open_table(SESSION_APPROVALS)
+                .map_err(|e| db_err(e.to_string()))?;
         }
         tx.commit().map_err(|e| db_err(e.to_string()))?;
         Ok(Store {
@@ -184,6 +193,19 @@ impl Store {
                 })?;
                 table
                     .insert((ev.call_id.as_str(), ev.sequence), b.as_slice())
+                    .map_err(|e| self.err(e))?;
+            }
+            if let (Some(session), Some(a)) = (&record.spec.session_id, &record.approval)
+                && a.spec.decision == toolgate_crds::ApprovalDecision::AllowForSession
+            {
+                let mut sessions = tx.open_table(SESSION_APPROVALS).map_err(|e| self.err(e))?;
+                let key = format!(
+                    "{}{}",
+                    session_prefix(&record.namespace, session),
+                    record.id
+                );
+                sessions
+                    .insert(key.as_str(), record.id.as_str())
                     .map_err(|e| self.err(e))?;
             }
             if let Some(key) = idempotency {
@@ -277,6 +299,35 @@ impl Store {
                 if out.len() >= limit {
                     break;
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The calls of a session that hold an allowForSession approval.
+    pub fn session_approved(
+        &self,
+        namespace: &str,
+        session: &str,
+    ) -> Result<Vec<CallRecord>, StoreError> {
+        let prefix = session_prefix(namespace, session);
+        let ids: Vec<String> = {
+            let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+            let table = tx.open_table(SESSION_APPROVALS).map_err(|e| self.err(e))?;
+            let mut ids = Vec::new();
+            for item in table.range(prefix.as_str()..).map_err(|e| self.err(e))? {
+                let (k, v) = item.map_err(|e| self.err(e))?;
+                if !k.value().starts_with(&prefix) {
+                    break;
+                }
+                ids.push(v.value().to_string());
+            }
+            ids
+        };
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(r) = self.get(&id)? {
+                out.push(r);
             }
         }
         Ok(out)

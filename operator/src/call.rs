@@ -24,7 +24,8 @@ use kube::{Client, Resource, ResourceExt};
 use toolgate_broker::CredentialBroker;
 use toolgate_core::args::ArgsLimits;
 use toolgate_core::call_state::{
-    Step, apply, camel, decision_steps, finished_steps, is_terminal, reasons_text,
+    RunTarget, Step, apply, camel, cannot_run, decision_steps, finished_steps, is_terminal,
+    reasons_text, recheck_steps, run_target,
 };
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, decide_in};
 use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
@@ -444,77 +445,30 @@ async fn start(
     mut status: ToolCallStatus,
 ) -> Result<Action, Error> {
     let name = call.name_any();
-    let fail = |kind, reason: &str, message: String| {
-        vec![
-            Step::failed(kind, reason.to_string(), message),
-            Step::failed(STATE_UPDATED, "Failed", "the call ended without running")
-                .then(CallPhase::Failed),
-        ]
-    };
+    let fail = |kind, reason: &str, message: String| cannot_run(kind, reason, message);
     // Decide again: the approval must still bind, the tool must not have changed.
-    let decision = decide(cluster, call, ns);
-    if decision.outcome != DecisionOutcome::Allow {
-        let steps = [
-            Step::failed(
-                toolgate_crds::conditions::POLICY_CHECKED,
-                camel(
-                    decision
-                        .reasons
-                        .last()
-                        .map_or("decision-changed", |r| r.code),
-                ),
-                format!("checked again before running: {}", reasons_text(&decision)),
-            ),
-            Step::failed(STATE_UPDATED, "Denied", "the call ended without running")
-                .then(CallPhase::Denied),
-        ];
+    if let Some(steps) = recheck_steps(&decide(cluster, call, ns)) {
         ctx.record(call, &mut status, &steps).await?;
         return Ok(Action::await_change());
     }
-    let Some(tool) = cluster.registry.tool(ns, &call.spec.tool_ref.name) else {
-        ctx.record(
-            call,
-            &mut status,
-            &fail(SANDBOX_PREPARED, "ToolMissing", "the tool is gone".into()),
-        )
-        .await?;
-        return Ok(Action::await_change());
+    let target = match run_target(
+        &cluster.registry,
+        &cluster.objects,
+        ns,
+        &call.spec.tool_ref.name,
+    ) {
+        Ok(t) => t,
+        Err(steps) => {
+            ctx.record(call, &mut status, &steps).await?;
+            return Ok(Action::await_change());
+        }
     };
-    let Some(policy_name) = tool
-        .spec
-        .sandbox_policy_ref
-        .as_ref()
-        .map(|r| r.name.clone())
-    else {
-        ctx.record(
-            call,
-            &mut status,
-            &fail(
-                SANDBOX_PREPARED,
-                "SandboxPolicyMissing",
-                format!("tool {} names no sandboxPolicyRef", tool.name),
-            ),
-        )
-        .await?;
-        return Ok(Action::await_change());
-    };
-    let Some(Spec::SandboxPolicy(policy)) = cluster
-        .objects
-        .find("SandboxPolicy", ns, &policy_name)
-        .map(|o| &o.spec)
-    else {
-        ctx.record(
-            call,
-            &mut status,
-            &fail(
-                SANDBOX_PREPARED,
-                "SandboxPolicyMissing",
-                format!("SandboxPolicy {policy_name} does not exist in {ns}"),
-            ),
-        )
-        .await?;
-        return Ok(Action::await_change());
-    };
+    let RunTarget {
+        tool,
+        policy_name,
+        policy,
+        binding,
+    } = target;
     let uid = call.metadata.uid.clone().unwrap_or_default();
     let owner = Owner {
         name: &name,
@@ -542,29 +496,6 @@ async fn start(
             return Ok(Action::await_change());
         }
     };
-    let binding = match &tool.spec.credential_binding_ref {
-        None => None,
-        Some(r) => match cluster
-            .objects
-            .find("CredentialBinding", ns, &r.name)
-            .map(|o| &o.spec)
-        {
-            Some(Spec::CredentialBinding(b)) => Some((r.name.clone(), b.clone())),
-            _ => {
-                ctx.record(
-                    call,
-                    &mut status,
-                    &fail(
-                        CREDENTIALS_BOUND,
-                        "BindingMissing",
-                        format!("CredentialBinding {} does not exist in {ns}", r.name),
-                    ),
-                )
-                .await?;
-                return Ok(Action::await_change());
-            }
-        },
-    };
     let spec = exec_spec(ExecInput {
         call: CallIdentity {
             namespace: ns.into(),
@@ -576,7 +507,7 @@ async fn start(
         args: call.spec.args.clone(),
         dry_run: call.spec.dry_run,
         artifacts: ctx.config.artifacts.clone(),
-        credential: binding.as_ref().map(|(n, b)| (n.as_str(), &**b)),
+        credential: binding,
         working_dir: Some(build::WORKSPACE_DIR.into()),
         write_roots: if policy.filesystem.write_roots.is_empty() {
             vec![]
@@ -616,7 +547,7 @@ async fn start(
     let runtime = status.runtime.get_or_insert_with(CallRuntime::default);
     runtime.adapter = Some(format!("{:?}", tool.spec.execution.adapter).to_lowercase());
     runtime.sandbox_policy_ref = Some(LocalObjectRef {
-        name: policy_name.clone(),
+        name: policy_name.to_string(),
     });
     runtime.pod_name = Some(child.clone());
     match &binding {
@@ -644,7 +575,7 @@ async fn start(
                 let file = spec
                     .credentials
                     .first()
-                    .map_or(bname.clone(), |c| c.file_name.clone());
+                    .map_or_else(|| bname.to_string(), |c| c.file_name.clone());
                 Api::<Secret>::namespaced(ctx.client.clone(), ns)
                     .patch(
                         &child,
@@ -656,7 +587,7 @@ async fn start(
                     .runtime
                     .get_or_insert_with(CallRuntime::default)
                     .credential_binding_ref = Some(LocalObjectRef {
-                    name: bname.clone(),
+                    name: bname.to_string(),
                 });
                 steps.push(Step::ok(CREDENTIALS_BOUND, "Brokered", format!("CredentialBinding {bname} delivered as file {file} in Secret {child}, TTL {} s", issued.ttl_seconds)));
             }
