@@ -55,6 +55,25 @@ pub struct ExecSpec {
     /// Refuse private, loopback and link-local addresses, by name or literal (HTTP adapter).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deny_private_networks: bool,
+    /// The policy's filesystem rules, enforced by the executor with Landlock on itself and the
+    /// tool (paths as the executor sees them). Absent: no confinement by the executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<FsRules>,
+}
+
+/// What a confined process may touch on the filesystem; everything else is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsRules {
+    /// Readable (and executable) beneath.
+    #[serde(default)]
+    pub read: Vec<std::path::PathBuf>,
+    /// Readable and writable beneath.
+    #[serde(default)]
+    pub write: Vec<std::path::PathBuf>,
+    /// Nothing beneath, even inside a read or write root.
+    #[serde(default)]
+    pub blocked: Vec<std::path::PathBuf>,
 }
 
 /// Which call is running.
@@ -183,6 +202,8 @@ pub struct ExecInput<'a> {
     pub working_dir: Option<String>,
     /// Write roots inside the sandbox.
     pub write_roots: Vec<String>,
+    /// Filesystem rules the executor enforces itself (Landlock), when the runtime wants it to.
+    pub confinement: Option<FsRules>,
 }
 
 /// Build the executor's input. Limits take the stricter of the descriptor and the policy.
@@ -237,5 +258,6 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         write_roots: input.write_roots,
         allowed_domains: input.policy.network.allow_domains.clone(),
         deny_private_networks: input.policy.network.deny_private_networks,
+        confinement: input.confinement,
     }
 }

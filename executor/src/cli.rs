@@ -1,9 +1,10 @@
 //! The executor's command line, shared by `toolgate-executor` and `toolgate executor` (the embedded
 //! runtime runs the latter inside its sandbox, so one binary is all a new user builds).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use toolgate_core::exec::{ArtifactTarget, ExecSpec};
 use toolgate_crds::{CallError, CallResult, ResultStatus};
 
 use crate::run::{ExecError, execute, load_credentials, load_spec};
@@ -36,7 +37,34 @@ fn write_result(args: &Args, result: &CallResult) {
 }
 
 /// Run the call described by `args`; the exit code says how it ended (README).
+/// Confine this process (and so the tool) to the spec's filesystem rules plus what the executor
+/// itself reads and writes: the spec, the credentials, the result file, a local artifact folder.
+/// Before any thread starts, so every thread is confined.
+fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<(), ExecError> {
+    let Some(rules) = &spec.confinement else {
+        return Ok(());
+    };
+    let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
+    rules.read.push(args.spec.clone());
+    rules.read.push(credentials_dir.to_path_buf());
+    if let Some(result) = &args.result {
+        rules.write.push(result.clone());
+    }
+    if let ArtifactTarget::Local { dir } = &spec.artifacts {
+        let _ = std::fs::create_dir_all(dir);
+        rules.write.push(PathBuf::from(dir));
+    }
+    toolgate_sandbox::confine::Confinement::prepare(&rules)?.restrict_self()?;
+    Ok(())
+}
+
 pub fn main(args: &Args) -> ExitCode {
+    let credentials_dir = args
+        .credentials
+        .clone()
+        .unwrap_or_else(|| args.spec.parent().map(PathBuf::from).unwrap_or_default());
+    let spec = load_spec(&args.spec)
+        .and_then(|spec| confine_self(&spec, args, &credentials_dir).map(|()| spec));
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -48,13 +76,9 @@ pub fn main(args: &Args) -> ExitCode {
         }
     };
     let outcome: Result<CallResult, ExecError> = runtime.block_on(async {
-        let spec = load_spec(&args.spec)?;
-        let dir = args
-            .credentials
-            .clone()
-            .unwrap_or_else(|| args.spec.parent().map(PathBuf::from).unwrap_or_default());
-        let credentials = load_credentials(&spec, &dir)?;
-        execute(&spec, &credentials, &dir).await
+        let spec = spec?;
+        let credentials = load_credentials(&spec, &credentials_dir)?;
+        execute(&spec, &credentials, &credentials_dir).await
     });
     match outcome {
         Ok(result) => {

@@ -77,6 +77,9 @@ pub enum ExecError {
     /// Storing an artifact failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The spec asks for filesystem confinement and the kernel cannot give it.
+    #[error("confinement: {0}")]
+    Confinement(#[from] toolgate_sandbox::confine::ConfineError),
 }
 
 impl ExecError {
@@ -90,6 +93,7 @@ impl ExecError {
             ExecError::Template(_) => 65,
             ExecError::Unrunnable(_) => 72,
             ExecError::Store(_) | ExecError::Sink(_) => 69,
+            ExecError::Confinement(_) => 73,
         }
     }
 
@@ -104,6 +108,7 @@ impl ExecError {
             ExecError::Unrunnable(_) => "unrunnable",
             ExecError::Store(_) => "artifact-store",
             ExecError::Sink(_) => "artifact-upload",
+            ExecError::Confinement(_) => "confinement",
         }
     }
 }
@@ -363,6 +368,15 @@ async fn run_cli(
     .stderr(Stdio::piped())
     .process_group(0)
     .kill_on_drop(true);
+    if let Some(rules) = &spec.confinement {
+        let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
+        if credentials.iter().any(|c| c.file.env_name.is_none()) {
+            rules.read.push(credentials_dir.to_path_buf());
+        }
+        // Built here, applied in the child: the tool loses what the executor keeps for itself
+        // (the spec, the result file, the artifact folder).
+        toolgate_sandbox::confine::Confinement::prepare(&rules)?.apply_in_child(cmd.as_std_mut());
+    }
 
     let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
     let mut err = Sink::open(

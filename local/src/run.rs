@@ -180,6 +180,13 @@ fn prepare(
             .create(d)
             .map_err(|e| io("creating the call's folders", e))?;
     }
+    let confinement = toolgate_sandbox::plan::confinement(policy).map_err(|e| {
+        fail(
+            SANDBOX_PREPARED,
+            "SandboxRefused",
+            format!("SandboxPolicy {policy_name}: {e}"),
+        )
+    })?;
     let described = describe(policy_name, &plan);
     // The executor inside sees: its program, the spec and credentials (read-only), its output
     // folder and this call's artifact folder (writable). Nothing else of the data folder.
@@ -219,6 +226,9 @@ fn prepare(
             .take(policy.filesystem.write_roots.len())
             .map(|b| b.inside.display().to_string())
             .collect(),
+        // Landlock inside bubblewrap, when the kernel has it: a blocked path is then refused
+        // the same way as in a pod (bubblewrap alone covers it with an empty file).
+        confinement: toolgate_sandbox::confine::available().then_some(confinement),
     });
     let spec_path = run_dir.join("spec.json");
     let json =

@@ -9,9 +9,11 @@
 //!
 //! Resolution is pure: [`plan::resolve`] turns a policy into a [`plan::SandboxPlan`] or refuses
 //! with a reason before anything runs (invariant 10); [`bwrap::arguments`] turns a plan into
-//! bubblewrap's command line.
+//! bubblewrap's command line. [`confine`] enforces the policy's filesystem rules with Landlock,
+//! the one confinement that also works inside an unprivileged Kubernetes pod.
 
 pub mod bwrap;
+pub mod confine;
 pub mod plan;
 pub mod seccomp;
 pub mod spawn;

@@ -238,6 +238,26 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
     })
 }
 
+/// The policy's filesystem rules as paths inside the sandbox (or pod), for the executor to
+/// enforce with Landlock ([`crate::confine`]). Refuses the same paths [`resolve`] refuses.
+pub fn confinement(
+    policy: &SandboxPolicySpec,
+) -> Result<toolgate_core::exec::FsRules, ResolveError> {
+    let fs = &policy.filesystem;
+    let inside = Path::new(WORKSPACE_INSIDE);
+    let map = |field: &str, list: &[String]| -> Result<Vec<PathBuf>, ResolveError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, p)| Ok(map_path(&format!("filesystem.{field}[{i}]"), p, inside)?.inside))
+            .collect()
+    };
+    Ok(toolgate_core::exec::FsRules {
+        read: map("readRoots", &fs.read_roots)?,
+        write: map("writeRoots", &fs.write_roots)?,
+        blocked: map("blockedPaths", &fs.blocked_paths)?,
+    })
+}
+
 /// `workspace` and `workspace/x` (or plain relative `x`) map into the workspace; absolute paths
 /// map to themselves. `..` is refused everywhere.
 fn map_path(field: &str, p: &str, workspace: &Path) -> Result<Bind, ResolveError> {
@@ -306,6 +326,21 @@ mod tests {
             timeout_ms: None,
             executor_is_the_only_client: false,
         }
+    }
+
+    #[test]
+    fn confinement_names_the_paths_inside() {
+        let rules = confinement(&policy(base())).expect("rules");
+        assert_eq!(rules.read, vec![PathBuf::from("/workspace")]);
+        assert_eq!(rules.write, vec![PathBuf::from("/workspace/coverage")]);
+        assert_eq!(rules.blocked, vec![PathBuf::from("/workspace/.env")]);
+        let mut bad = base();
+        bad["filesystem"]["blockedPaths"] = serde_json::json!(["workspace/../.ssh"]);
+        let e = confinement(&policy(bad)).expect_err("refused");
+        assert!(
+            e.to_string().starts_with("filesystem.blockedPaths[0]"),
+            "{e}"
+        );
     }
 
     #[test]
