@@ -110,10 +110,21 @@ pub struct FilesystemPolicy {
     #[serde(default)]
     #[schemars(length(max = 64), inner(length(min = 1, max = 4096)))]
     pub write_roots: Vec<String>,
-    /// Paths hidden even inside a root (`.git/config`, `.env`).
+    /// Paths hidden even inside a root (`.git/config`, `.env`): refused by Landlock in both
+    /// runtimes, and covered by an empty file or folder in the embedded one.
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 4096)))]
     pub blocked_paths: Vec<String>,
+    /// On a cluster: the PersistentVolumeClaim (in the policy's namespace) mounted as the
+    /// `workspace` root of every call run under this policy, read-only unless a write root lies
+    /// in it. Unset: an empty, size-limited emptyDir. The embedded runtime ignores it (its
+    /// workspace is the folder given to `toolgate local --workspace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub workspace_claim_name: Option<String>,
     /// Size limit of the temp dir, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65536))]

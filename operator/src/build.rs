@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, Pod,
-    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+    SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -164,6 +164,30 @@ pub struct PodInput<'a> {
     pub with_credential: bool,
     /// A Secret whose keys become the executor's environment (artifact store credentials).
     pub artifact_secret: Option<&'a str>,
+    /// Whether a write root lies in the workspace (its volume is mounted read-write).
+    pub workspace_writable: bool,
+}
+
+/// The workspace: the policy's PersistentVolumeClaim, or an empty folder of at most 1 GiB.
+fn workspace_volume(input: &PodInput<'_>) -> Volume {
+    match &input.policy.filesystem.workspace_claim_name {
+        Some(claim) => Volume {
+            name: "workspace".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.clone(),
+                read_only: Some(!input.workspace_writable),
+            }),
+            ..Default::default()
+        },
+        None => Volume {
+            name: "workspace".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("1Gi".into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
 }
 
 /// The executor pod: hardened, limited, deadline-bound, and labelled for its NetworkPolicy.
@@ -188,6 +212,7 @@ pub fn pod(o: &Owner<'_>, input: &PodInput<'_>) -> Pod {
         VolumeMount {
             name: "workspace".into(),
             mount_path: WORKSPACE_DIR.into(),
+            read_only: Some(!input.workspace_writable),
             ..Default::default()
         },
         VolumeMount {
@@ -206,14 +231,7 @@ pub fn pod(o: &Owner<'_>, input: &PodInput<'_>) -> Pod {
             }),
             ..Default::default()
         },
-        Volume {
-            name: "workspace".into(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity("1Gi".into())),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
+        workspace_volume(input),
         Volume {
             name: "tmp".into(),
             empty_dir: Some(EmptyDirVolumeSource {
@@ -491,6 +509,7 @@ mod tests {
                 timeout_ms: 10_001,
                 with_credential: true,
                 artifact_secret: Some("toolgate-artifacts"),
+                workspace_writable: true,
             },
         );
         let owner = &p.metadata.owner_references.as_ref().expect("owner")[0];
@@ -563,6 +582,7 @@ mod tests {
                 timeout_ms: 1000,
                 with_credential: false,
                 artifact_secret: None,
+                workspace_writable: false,
             },
         );
         let spec = p.spec.expect("spec");

@@ -496,6 +496,24 @@ async fn start(
             return Ok(Action::await_change());
         }
     };
+    // The policy's roots and blocked paths, enforced by the executor with Landlock: the pod has
+    // no other way to hide `.env` inside a mounted workspace.
+    let confinement = match toolgate_sandbox::plan::confinement(policy) {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.record(
+                call,
+                &mut status,
+                &fail(
+                    SANDBOX_PREPARED,
+                    "SandboxRefused",
+                    format!("SandboxPolicy {policy_name}: {e}"),
+                ),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
     let spec = exec_spec(ExecInput {
         call: CallIdentity {
             namespace: ns.into(),
@@ -509,11 +527,12 @@ async fn start(
         artifacts: ctx.config.artifacts.clone(),
         credential: binding,
         working_dir: Some(build::WORKSPACE_DIR.into()),
-        write_roots: if policy.filesystem.write_roots.is_empty() {
-            vec![]
-        } else {
-            vec![build::WORKSPACE_DIR.into()]
-        },
+        write_roots: confinement
+            .write
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+        confinement: Some(confinement.clone()),
     });
     let image = tool
         .spec
@@ -601,6 +620,10 @@ async fn start(
             timeout_ms: spec.limits.timeout_ms,
             with_credential: binding.is_some(),
             artifact_secret: ctx.config.artifact_secret.as_deref(),
+            workspace_writable: confinement
+                .write
+                .iter()
+                .any(|p| p.starts_with(build::WORKSPACE_DIR)),
         },
     );
     Api::<Pod>::namespaced(ctx.client.clone(), ns)

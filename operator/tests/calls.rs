@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use support::node_emulator::{self, NodeConfig};
-use support::{have_cluster, http_get, kubectl, ok, operator_log, prepare, root, start_operator};
+use support::{
+    have_cluster, http_get, jsonpath, kubectl, ok, operator_log, prepare, root, start_operator,
+    token_of, wait_call, wait_for,
+};
 
 const CANARY: &str = "canary-cluster-credential-4c1d";
 
@@ -175,29 +178,6 @@ fn cluster_with(prefix: &str, extra: &[&str]) -> Option<Cluster> {
         emulator,
         _secrets: secrets,
     })
-}
-
-fn jsonpath(ns: &str, object: &str, path: &str) -> String {
-    kubectl(
-        &["get", object, "-n", ns, "-o", &format!("jsonpath={path}")],
-        None,
-    )
-    .1
-}
-
-fn wait_for(ns: &str, object: &str, path: &str, want: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let got = jsonpath(ns, object, path);
-        if want.contains(&got.as_str()) {
-            return got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{object} {path}: expected one of {want:?}, last saw {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 fn children(ns: &str, call: &str) -> String {
@@ -574,15 +554,7 @@ fn agents_and_reviewers_act_through_kubectl_as_themselves() {
         ],
         None,
     );
-    let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
-        .expect("rbac")
-        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
-        // The agent's identity stays system:serviceaccount:team-a:fixer.
-        .replace(
-            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
-            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
-        );
-    ok(&["apply", "-f", "-"], Some(&rbac));
+    support::apply_agent_rbac(ns);
     // The real agent identity is system:serviceaccount:team-a:fixer: grant it the tools here.
     ok(
         &["apply", "-f", "-"],
@@ -808,55 +780,11 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
     }
 }
 
-/// Poll a call through the API until it reaches `phase`.
-async fn wait_call(
-    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
-    token: &str,
-    id: &str,
-    phase: &str,
-) -> toolgate_proto::v1::Call {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut r = tonic::Request::new(toolgate_proto::v1::GetCallRequest { id: id.into() });
-        r.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().expect("h"),
-        );
-        let c = api.get_call(r).await.expect("get").into_inner();
-        if c.phase == phase {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} stuck in {} waiting for {phase}",
-            c.phase
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A user's bearer token from the test control plane's kubeconfig (tests/cluster/up.sh writes
-/// `- {name: agent, user: {token: …}}`).
-fn token_of(user: &str) -> String {
-    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
-    let text = std::fs::read_to_string(path).expect("kubeconfig");
-    let marker = format!("- {{name: {user}, user: {{token: ");
-    text.lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix(&marker)
-                .and_then(|r| r.strip_suffix("}}"))
-        })
-        .unwrap_or_else(|| panic!("no token for {user}"))
-        .to_string()
-}
-
 /// The agent API served by the operator: the same gRPC API as `toolgate local`, backed by the
 /// cluster, callers authenticated by TokenReview, approvers authorized by RBAC.
 #[test]
 fn the_agent_api_on_the_cluster() {
     use toolgate_proto::v1 as pb;
-    use toolgate_proto::v1::toolgate_client::ToolgateClient;
     let port = support::free_port();
     let grpc = format!("127.0.0.1:{port}");
     let Some(c) = cluster_with("tg-grpc", &["--grpc-addr", &grpc]) else {
@@ -869,46 +797,15 @@ fn the_agent_api_on_the_cluster() {
             "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: agent, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n  tools: {{names: [test.echo, test.gated, test.sleep]}}\n  scopes: [\"workspace:read\"]\n"
         )),
     );
-    let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
-        .expect("rbac")
-        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
-        .replace(
-            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
-            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
-        );
-    ok(&["apply", "-f", "-"], Some(&rbac));
+    support::apply_agent_rbac(&ns);
     let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("rt");
     rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let channel = loop {
-            match tonic::transport::Channel::from_shared(format!("http://{grpc}"))
-                .expect("url")
-                .connect()
-                .await
-            {
-                Ok(ch) => break ch,
-                Err(e) => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "the agent API never came up: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        };
-        let mut api = ToolgateClient::new(channel);
-        fn req<T>(token: &str, msg: T) -> tonic::Request<T> {
-            let mut r = tonic::Request::new(msg);
-            r.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {token}").parse().expect("h"),
-            );
-            r
-        }
+        let mut api = support::grpc_client(&grpc).await;
+        use support::authorized as req;
         let proposal = |tool: &str, args: &str, key: &str| pb::ProposeCallRequest {
             namespace: ns.clone(),
             tool: tool.into(),

@@ -91,10 +91,11 @@ CA="$DIR/certs/apiserver.crt"
 
 "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" get --raw /readyz >/dev/null 2>"$DIR/kubectl.err" || { cat "$DIR/kubectl.err" >&2;
   log "kubectl cannot reach the API server with the generated kubeconfig"; "$HERE/down.sh" "$DIR" || true; exit 1; }
-# Garbage collection (owner references), namespace deletion and the default ServiceAccount of
-# each namespace (pods need one) come from the controller manager.
+
+# Garbage collection (owner references), namespace deletion, the default ServiceAccount of each
+# namespace (pods need one) and binding claims to volumes come from the controller manager.
 "$BIN/kube-controller-manager" --kubeconfig "$DIR/kubeconfig" --secure-port=0 --leader-elect=false \
-  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller >"$DIR/controller-manager.log" 2>&1 &
+  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,persistentvolume-binder-controller >"$DIR/controller-manager.log" 2>&1 &
 echo $! > "$DIR/controller-manager.pid"
 log "kube-apiserver $K8S_VERSION ready on 127.0.0.1:$API_PORT ($DIR)"
 echo "export TOOLGATE_CLUSTER_DIR='$DIR'"

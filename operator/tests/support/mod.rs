@@ -236,3 +236,115 @@ pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
         .expect("operator");
     Operator { child, health_port }
 }
+
+pub fn jsonpath(ns: &str, object: &str, path: &str) -> String {
+    kubectl(
+        &["get", object, "-n", ns, "-o", &format!("jsonpath={path}")],
+        None,
+    )
+    .1
+}
+
+pub fn wait_for(ns: &str, object: &str, path: &str, want: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = jsonpath(ns, object, path);
+        if want.contains(&got.as_str()) {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{object} {path}: expected one of {want:?}, last saw {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Poll a call through the API until it reaches `phase`.
+pub async fn wait_call(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    token: &str,
+    id: &str,
+    phase: &str,
+) -> toolgate_proto::v1::Call {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut r = tonic::Request::new(toolgate_proto::v1::GetCallRequest { id: id.into() });
+        r.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("h"),
+        );
+        let c = api.get_call(r).await.expect("get").into_inner();
+        if c.phase == phase {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} stuck in {} waiting for {phase}",
+            c.phase
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A user's bearer token from the test control plane's kubeconfig (tests/cluster/up.sh writes
+/// `- {name: agent, user: {token: …}}`).
+pub fn token_of(user: &str) -> String {
+    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
+    let text = std::fs::read_to_string(path).expect("kubeconfig");
+    let marker = format!("- {{name: {user}, user: {{token: ");
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&marker)
+                .and_then(|r| r.strip_suffix("}}"))
+        })
+        .unwrap_or_else(|| panic!("no token for {user}"))
+        .to_string()
+}
+
+/// The example agent and reviewer RBAC (operator/deploy/agent-rbac.example.yaml) applied to
+/// `ns`; the agent's identity stays system:serviceaccount:team-a:fixer (tests/cluster/up.sh).
+pub fn apply_agent_rbac(ns: &str) {
+    let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
+        .expect("rbac")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
+        .replace(
+            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
+            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
+        );
+    ok(&["apply", "-f", "-"], Some(&rbac));
+}
+
+/// A gRPC request carrying `token` as its bearer credential.
+pub fn authorized<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("header"),
+    );
+    r
+}
+
+/// A client of the operator's agent API at `addr`, once it answers.
+pub async fn grpc_client(
+    addr: &str,
+) -> toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("url")
+            .connect()
+            .await
+        {
+            Ok(ch) => return toolgate_proto::v1::toolgate_client::ToolgateClient::new(ch),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the agent API never came up: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}

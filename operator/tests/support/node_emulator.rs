@@ -3,14 +3,15 @@
 //!
 //! It registers one Node, binds the namespace's pending toolgate pods to it (there is no
 //! scheduler either), materializes their ConfigMap, Secret and emptyDir volumes into a temporary
-//! folder, runs the container's command — the real `toolgate-executor` — inside the same Linux
+//! folder and mounts a PersistentVolumeClaim's bound hostPath volume, runs the container's command — the real `toolgate-executor` — inside the same Linux
 //! sandbox as the embedded runtime (volumes at their mount paths, `/dev/termination-log` bound to
 //! a file), honors `activeDeadlineSeconds`, and writes pod status the way a kubelet does:
 //! Pending → Running → terminated with exit code, reason and termination message (4 KiB at most).
 //!
 //! What it does not prove: image pulls and the image's contents (the executor binary comes from
-//! this build), NetworkPolicy enforcement (no CNI plugin runs; the sandbox has no network at
-//! all), the pod security fields' enforcement by a container runtime (the sandbox applies its
+//! this build), NetworkPolicy enforcement (no CNI plugin runs: a pod whose policy allows no
+//! egress gets no network, one that allows any address gets the host's, ports and excepted
+//! ranges are not enforced), the pod security fields' enforcement by a container runtime (the sandbox applies its
 //! own: no capabilities, seccomp, no new privileges), resource requests' scheduling.
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use toolgate_sandbox::plan::{Bind, Limits, Network, SandboxPlan};
@@ -235,6 +239,29 @@ fn quantity_bytes(q: &str) -> Option<u64> {
     })
 }
 
+/// The network the pod gets: none when its NetworkPolicy allows no egress; the host's when it
+/// allows egress to any address (an `open` policy, or the `http` adapter's domain allowlist,
+/// whose executor checks every request). Ports and CIDR exceptions are not emulated.
+async fn pod_network(client: &Client, ns: &str, pod: &str) -> Network {
+    let policy = Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+        .get(pod)
+        .await
+        .ok();
+    let any_address = policy
+        .and_then(|p| p.spec)
+        .and_then(|s| s.egress)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|rule| rule.to.clone().unwrap_or_default())
+        .filter_map(|peer| peer.ip_block)
+        .any(|block| block.cidr == "0.0.0.0/0");
+    if any_address {
+        Network::Host
+    } else {
+        Network::None
+    }
+}
+
 /// Materialize the volumes, run the container in the sandbox, report like a kubelet.
 async fn run_pod(
     client: &Client,
@@ -270,10 +297,31 @@ async fn run_pod(
                 std::fs::write(path.join(k), val.0).expect("write");
             }
             volumes.insert(v.name.clone(), (path, false));
+        } else if let Some(claim) = &v.persistent_volume_claim {
+            // As a kubelet with a hostPath PersistentVolume: the claim's bound volume's folder.
+            let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+                .get(&claim.claim_name)
+                .await
+                .expect("persistentvolumeclaim");
+            let volume = pvc
+                .spec
+                .and_then(|s| s.volume_name)
+                .expect("the claim is bound to a volume");
+            let pv = Api::<PersistentVolume>::all(client.clone())
+                .get(&volume)
+                .await
+                .expect("persistentvolume");
+            let host = pv
+                .spec
+                .and_then(|s| s.host_path)
+                .map(|h| PathBuf::from(h.path))
+                .expect("the node emulator mounts hostPath volumes only");
+            volumes.insert(v.name.clone(), (host, claim.read_only != Some(true)));
         } else {
             volumes.insert(v.name.clone(), (path, true));
         }
     }
+    let network = pod_network(client, ns, &name).await;
     let termination = dir.path().join("termination-log");
     std::fs::write(&termination, "").expect("termination log");
     let started_at = now();
@@ -340,7 +388,7 @@ async fn run_pod(
             .clone()
             .unwrap_or_else(|| "/".into())
             .into(),
-        network: Network::None,
+        network,
         limits: Limits {
             timeout: deadline,
             memory_bytes: memory,
