@@ -734,3 +734,61 @@ fn a_dry_run_is_announced_to_a_cli_tool() {
     let r = run_spec(dir.path(), &spec);
     assert_eq!(r.result["outputPreview"], "dry=1\n");
 }
+
+/// With `confinement`, the executor and the tool lose every path the rules do not grant: a
+/// blocked file is refused to the builtin and to a process alike, and never reaches an artifact.
+#[test]
+fn confinement_refuses_blocked_paths_to_builtins_and_tools() {
+    // Not under /tmp: every confined process may write its /tmp.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tmp");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).expect("ws");
+    std::fs::write(ws.join(".env"), "TOKEN=canary-confined-0f3e\n").expect(".env");
+    std::fs::write(ws.join("src/a.ts"), "export const a = 1;\n").expect("a");
+    let rules = json!({"write": [ws.display().to_string()], "blocked": [ws.join(".env").display().to_string()]});
+
+    let mut write = builtin_spec(
+        dir.path(),
+        "fs.write",
+        json!({"path": ".env", "content": "TOKEN=overwritten\n"}),
+    );
+    write["confinement"] = rules.clone();
+    let r = run_spec(dir.path(), &write);
+    assert_eq!(r.result["status"], "error", "{:#}", r.result);
+    assert!(
+        r.result["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Permission denied")),
+        "{:#}",
+        r.result
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".env")).expect(".env"),
+        "TOKEN=canary-confined-0f3e\n"
+    );
+
+    let mut fix = builtin_spec(
+        dir.path(),
+        "fs.write",
+        json!({"path": "src/a.ts", "content": "export const a = 2;\n"}),
+    );
+    fix["confinement"] = rules.clone();
+    let r = run_spec(dir.path(), &fix);
+    assert_eq!(r.result["status"], "success", "{:#}", r.result);
+    let diff =
+        std::fs::read_to_string(local_file(artifact(&r.result, "workspace.diff"))).expect("diff");
+    assert!(diff.contains("+export const a = 2;") && !diff.contains("canary-confined"));
+
+    let mut cat = base_spec(
+        &dir.path().join("art"),
+        json!(["cat", ws.join("src/a.ts"), ws.join(".env")]),
+    );
+    cat["confinement"] = rules;
+    let r = run_spec(dir.path(), &cat);
+    assert_eq!(r.result["exitCode"], 1, "{:#}", r.result);
+    let out = std::fs::read_to_string(local_file(artifact(&r.result, "stdout"))).expect("stdout");
+    let err = std::fs::read_to_string(local_file(artifact(&r.result, "stderr"))).expect("stderr");
+    assert_eq!(out, "export const a = 2;\n");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(!format!("{:#} {out} {err}", r.result).contains("canary-confined"));
+}

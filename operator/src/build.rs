@@ -602,6 +602,55 @@ mod tests {
     }
 
     #[test]
+    fn the_workspace_is_the_policys_claim_read_only_unless_written() {
+        let mut with_claim = policy(serde_json::json!({"egress": "none"}));
+        with_claim.filesystem.workspace_claim_name = Some("team-a-repo".into());
+        for writable in [false, true] {
+            for (p, claim) in [
+                (&with_claim, Some("team-a-repo")),
+                (&policy(serde_json::json!({"egress": "none"})), None),
+            ] {
+                let built = pod(
+                    &OWNER,
+                    &PodInput {
+                        image: "x",
+                        policy: p,
+                        timeout_ms: 1000,
+                        with_credential: false,
+                        artifact_secret: None,
+                        workspace_writable: writable,
+                    },
+                );
+                let spec = built.spec.expect("spec");
+                let volume = spec
+                    .volumes
+                    .expect("volumes")
+                    .into_iter()
+                    .find(|v| v.name == "workspace")
+                    .expect("workspace volume");
+                let pvc = volume.persistent_volume_claim.clone();
+                assert_eq!(pvc.as_ref().map(|c| c.claim_name.as_str()), claim);
+                if let Some(pvc) = pvc {
+                    assert_eq!(pvc.read_only, Some(!writable));
+                } else {
+                    assert!(volume.empty_dir.is_some());
+                }
+                let mount = spec.containers[0]
+                    .volume_mounts
+                    .clone()
+                    .expect("mounts")
+                    .into_iter()
+                    .find(|m| m.name == "workspace")
+                    .expect("workspace mount");
+                assert_eq!(
+                    (mount.mount_path.as_str(), mount.read_only),
+                    (WORKSPACE_DIR, Some(!writable))
+                );
+            }
+        }
+    }
+
+    #[test]
     fn network_policies_per_egress_mode() {
         let none = network_policy(
             &OWNER,

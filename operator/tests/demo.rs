@@ -1,0 +1,684 @@
+//! The demo scenario of `toolgate demo`, on the real kube-apiserver with the example manifests:
+//! an agent reads, searches and fixes a file in the team's workspace volume (its `.env` refused),
+//! a destructive call is refused without a pod, and an issue is filed only after a reviewer
+//! approves it — once through kubectl, once through the gRPC API. The workspace is a hostPath
+//! PersistentVolume bound to a claim the example sandbox policies name; the issue tracker is a
+//! local HTTP service standing in for api.github.com (no internet here), as in `toolgate demo`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use support::node_emulator::{self, NodeConfig};
+use support::{
+    authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root,
+    start_operator, token_of, wait_for,
+};
+use toolgate_proto::v1 as pb;
+
+/// In the workspace's `.env`: must never leave the pod.
+const DOTENV_CANARY: &str = "canary-workspace-dotenv-51b7";
+/// The GitHub token the credential broker hands out: must reach the tracker and nothing else.
+const TOKEN_CANARY: &str = "ghp_canary_cluster_demo_93ce";
+const SERIALIZER_TS: &str = "export function formatDate(d: Date): string {\n  // BUG: local time\n  return `${d.getFullYear()}-${d.getMonth() + 1}-${d.getDate()}`;\n}\n";
+const FIXED: &str =
+    "export function formatDate(d: Date): string {\n  return d.toISOString().slice(0, 10);\n}\n";
+
+/// What the stand-in tracker received: (path, authorization header, body).
+type Requests = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A minimal HTTP service answering `POST /repos/{owner}/{repo}/issues` with a created issue.
+fn start_tracker() -> (String, Requests) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tracker");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let seen: Requests = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let path = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_string();
+            let (mut auth, mut length) = (String::new(), 0usize);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                    break;
+                }
+                let (name, value) = h.split_once(':').unwrap_or_default();
+                match name.to_ascii_lowercase().as_str() {
+                    "authorization" => auth = value.trim().to_string(),
+                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let number = {
+                let mut l = log.lock().expect("lock");
+                l.push((
+                    path.clone(),
+                    auth,
+                    String::from_utf8_lossy(&body).into_owned(),
+                ));
+                l.len()
+            };
+            let reply = format!(
+                r#"{{"number": {number}, "html_url": "https://github.com/acme/web-app/issues/{number}"}}"#
+            );
+            let mut stream = reader.into_inner();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    (addr, seen)
+}
+
+/// The examples as a platform team would adapt them to this cluster: in the test's namespace,
+/// the workspace policies naming the claim, GitHub's API replaced by the local tracker.
+fn example_manifests(ns: &str, tracker: &str) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("examples/tools"))
+        .expect("tools")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files.extend(
+        [
+            "grants.yaml",
+            "sandbox-policies.yaml",
+            "credential-bindings.yaml",
+        ]
+        .map(|f| root().join("examples").join(f)),
+    );
+    files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).expect("example"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+        .lines()
+        .map(|l| {
+            if l.starts_with("metadata:") {
+                l.replace("namespace: team-a", &format!("namespace: {ns}"))
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(
+            "    cwd: workspace\n",
+            "    cwd: workspace\n    workspaceClaimName: workspace\n",
+        )
+        .replace(
+            "https://api.github.com/repos/",
+            &format!("http://{tracker}/repos/"),
+        )
+        .replace(
+            "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
+            "allowDomains: [\"127.0.0.1\"]\n    denyPrivateNetworks: false",
+        )
+        .replace("  runtimeClassName: gvisor\n", "")
+}
+
+/// One namespace with the examples, a workspace volume, the operator and the node emulator.
+struct Demo {
+    ns: String,
+    workspace: tempfile::TempDir,
+    tracker: Requests,
+    _operator: support::Operator,
+    _emulator: node_emulator::NodeEmulator,
+    _secrets: tempfile::TempDir,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- objects in {} ---\n{}",
+                self.ns,
+                kubectl(
+                    &[
+                        "get",
+                        "toolgate,pods,pvc,networkpolicies,events",
+                        "-n",
+                        &self.ns,
+                        "-o",
+                        "wide"
+                    ],
+                    None
+                )
+                .1
+            );
+            eprintln!("--- operator log ---\n{}", operator_log());
+        }
+        let _ = kubectl(
+            &["delete", "pv", &format!("ws-{}", self.ns), "--wait=false"],
+            None,
+        );
+    }
+}
+
+impl Demo {
+    fn start(prefix: &str, extra: &[&str]) -> Option<Demo> {
+        if !have_cluster() {
+            return None;
+        }
+        let ns = prepare(prefix);
+        // The team's repository, on a volume the sandbox policies name.
+        let workspace = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("workspace");
+        let w = workspace.path();
+        std::fs::create_dir_all(w.join("src")).expect("src");
+        std::fs::create_dir_all(w.join(".git")).expect(".git");
+        std::fs::write(w.join("src/serializer.ts"), SERIALIZER_TS).expect("ts");
+        std::fs::write(
+            w.join("src/serializer.test.ts"),
+            "import { formatDate } from './serializer';\n",
+        )
+        .expect("test");
+        std::fs::write(
+            w.join(".env"),
+            format!("DATABASE_PASSWORD={DOTENV_CANARY}\n"),
+        )
+        .expect(".env");
+        std::fs::write(w.join(".git/config"), "[core]\n").expect("config");
+        let pv = format!("ws-{ns}");
+        ok(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  hostPath: {{path: {}, type: Directory}}\n  claimRef: {{namespace: {ns}, name: workspace}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: workspace, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  volumeName: {pv}\n  resources: {{requests: {{storage: 1Gi}}}}\n",
+                w.display()
+            )),
+        );
+        support::eventually(&ns, "pvc/workspace", "{.status.phase}", "Bound");
+        let (tracker_addr, tracker) = start_tracker();
+        ok(
+            &["apply", "-f", "-"],
+            Some(&example_manifests(&ns, &tracker_addr)),
+        );
+        ok(
+            &[
+                "apply",
+                "-f",
+                &root()
+                    .join("crds/admission/identity.yaml")
+                    .display()
+                    .to_string(),
+            ],
+            None,
+        );
+        support::apply_agent_rbac(&ns);
+        let secrets = tempfile::tempdir().expect("secrets");
+        let path = secrets.path().join("secrets.yaml");
+        std::fs::write(
+            &path,
+            format!("secret/team-a/github-issues-bot: {{token: {TOKEN_CANARY}}}\n"),
+        )
+        .expect("secrets");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("chmod");
+        let secrets_arg = path.display().to_string();
+        let mut args = vec!["--secrets", secrets_arg.as_str()];
+        args.extend_from_slice(extra);
+        let operator = start_operator(&ns, &args);
+        let emulator = node_emulator::start(NodeConfig {
+            namespace: ns.clone(),
+            executor: node_emulator::executor_binary(),
+            shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
+        });
+        for tool in [
+            "file.read",
+            "code.search",
+            "file.write",
+            "github.create-issue",
+        ] {
+            support::eventually(
+                &ns,
+                &format!("tooldescriptor/{tool}"),
+                "{.status.lifecycle}",
+                "enabled",
+            );
+        }
+        Some(Demo {
+            ns,
+            workspace,
+            tracker,
+            _operator: operator,
+            _emulator: emulator,
+            _secrets: secrets,
+        })
+    }
+
+    fn file(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.workspace.path().join(rel)).expect("workspace file")
+    }
+
+    /// Everything a model-facing or operator-facing surface shows about the namespace.
+    fn surfaces(&self) -> String {
+        let ns = self.ns.as_str();
+        format!(
+            "{}\n{}\n{}\n{}",
+            kubectl(&["get", "toolcalls", "-n", ns, "-o", "yaml"], None).1,
+            kubectl(&["get", "events", "-n", ns, "-o", "yaml"], None).1,
+            kubectl(&["describe", "toolcalls", "-n", ns], None).1,
+            operator_log()
+        )
+    }
+}
+
+/// A ToolCall from the agent, with an intent like the examples'.
+fn agent_call(ns: &str, name: &str, tool: &str, args: &str, action: &str) -> String {
+    format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolCall\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  toolRef: {{name: {tool}}}\n  principal: system:serviceaccount:team-a:fixer\n  args: {args}\n  intent: {{userGoal: fix the failing test and verify, currentTask: {name}, actionType: {action}, rationaleSummary: the demo scenario}}\n  sessionId: sess-demo\n"
+    )
+}
+
+fn as_agent(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut a = vec!["--context", "agent"];
+    a.extend_from_slice(args);
+    kubectl(&a, stdin)
+}
+
+/// The agent creates a call; RBAC and admission take a moment to reach the API server.
+fn propose(doc: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (created, _, err) = as_agent(&["create", "-f", "-"], Some(doc));
+        if created {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent could not propose: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn the_demo_through_kubectl() {
+    let Some(d) = Demo::start("tg-demo-kubectl", &[]) else {
+        return;
+    };
+    let ns = d.ns.as_str();
+
+    // 1. An allowed read (L0): the example call file as written, pinned digest and all.
+    let example = std::fs::read_to_string(root().join("examples/calls/01-read-serializer.yaml"))
+        .expect("example call")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"));
+    propose(&example);
+    ok(
+        &[
+            "wait",
+            "--for=condition=Finished",
+            "toolcall/read-serializer-1",
+            "-n",
+            ns,
+            "--timeout=90s",
+        ],
+        None,
+    );
+    wait_for(
+        ns,
+        "toolcall/read-serializer-1",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    let preview = jsonpath(
+        ns,
+        "toolcall/read-serializer-1",
+        "{.status.result.outputPreview}",
+    );
+    assert!(preview.contains("BUG: local time"), "{preview}");
+
+    // 2. The blocked .env: refused inside the pod, its content nowhere.
+    propose(&agent_call(
+        ns,
+        "read-dotenv",
+        "file.read",
+        "{path: .env}",
+        "read",
+    ));
+    wait_for(ns, "toolcall/read-dotenv", "{.status.phase}", &["Failed"]);
+    let message = jsonpath(
+        ns,
+        "toolcall/read-dotenv",
+        "{.status.conditions[?(@.type==\"Finished\")].message}",
+    );
+    assert!(message.contains("Permission denied"), "{message}");
+
+    // 3. A search in src.
+    propose(&agent_call(
+        ns,
+        "search-formatdate",
+        "code.search",
+        "{text: formatDate, path: src}",
+        "search",
+    ));
+    wait_for(
+        ns,
+        "toolcall/search-formatdate",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    let found = jsonpath(
+        ns,
+        "toolcall/search-formatdate",
+        "{.status.result.outputPreview}",
+    );
+    assert!(
+        found.contains("src/serializer.ts:1:export function formatDate"),
+        "{found}"
+    );
+
+    // 4. The fix (L2 workspace write): the example call, applied to the volume.
+    let fix = std::fs::read_to_string(root().join("examples/calls/03-fix-serializer.yaml"))
+        .expect("example call")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"));
+    propose(&fix);
+    wait_for(
+        ns,
+        "toolcall/fix-serializer-3",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    assert_eq!(
+        d.file("src/serializer.ts"),
+        "export function formatDate(d: Date): string {\n  return d.toISOString();\n}\n"
+    );
+    let effects = jsonpath(
+        ns,
+        "toolcall/fix-serializer-3",
+        "{.status.result.effectsObserved.writes}",
+    );
+    assert!(
+        effects.contains("/workspace/src/serializer.ts"),
+        "{effects}"
+    );
+
+    // 5. A destructive call on .git is refused before any pod exists.
+    propose(&agent_call(
+        ns,
+        "delete-git-config",
+        "file.delete",
+        "{path: .git/config}",
+        "delete",
+    ));
+    wait_for(
+        ns,
+        "toolcall/delete-git-config",
+        "{.status.phase}",
+        &["Failed", "Denied"],
+    );
+    assert_eq!(
+        kubectl(
+            &[
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-l",
+                "toolgate.dev/call=delete-git-config",
+                "-o",
+                "name"
+            ],
+            None
+        )
+        .1,
+        ""
+    );
+    assert_eq!(d.file(".git/config"), "[core]\n");
+
+    // 6. An external write (L4) waits for a human, who approves exactly what is shown.
+    propose(&agent_call(
+        ns,
+        "report-flaky-tz",
+        "github.create-issue",
+        "{owner: acme, repo: web-app, title: \"date tests depend on the time zone\", body: \"formatDate used local time.\", labels: [flaky-test]}",
+        "external_send",
+    ));
+    wait_for(
+        ns,
+        "toolcall/report-flaky-tz",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    assert!(d.tracker.lock().expect("lock").is_empty(), "ran unapproved");
+    let args = jsonpath(ns, "toolcall/report-flaky-tz", "{.status.argsDigest}");
+    let tool = jsonpath(ns, "toolcall/report-flaky-tz", "{.status.toolDigest}");
+    let approval =
+        std::fs::read_to_string(root().join("examples/calls/06-approve-create-issue.yaml"))
+            .expect("example approval")
+            .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
+            .lines()
+            .map(|l| {
+                if l.starts_with("  argsDigest:") {
+                    format!("  argsDigest: \"{args}\"")
+                } else if l.starts_with("  toolDigest:") {
+                    format!("  toolDigest: \"{tool}\"")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+    let (self_approved, _, _) = as_agent(&["create", "-f", "-"], Some(&approval));
+    assert!(!self_approved, "the agent created an approval");
+    let (approved, _, err) = kubectl(
+        &["--context", "reviewer", "create", "-f", "-"],
+        Some(&approval),
+    );
+    assert!(approved, "{err}");
+    wait_for(
+        ns,
+        "toolcall/report-flaky-tz",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    let filed = d.tracker.lock().expect("lock").clone();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert_eq!(filed[0].0, "/repos/acme/web-app/issues");
+    assert_eq!(filed[0].1, format!("Bearer {TOKEN_CANARY}"));
+    assert!(filed[0].2.contains("date tests depend on the time zone"));
+    let structured = jsonpath(
+        ns,
+        "toolcall/report-flaky-tz",
+        "{.status.result.structuredOutput.number}",
+    );
+    assert_eq!(structured, "1");
+    let described = ok(&["describe", "toolcall", "report-flaky-tz", "-n", ns], None);
+    for step in ["ApprovalGranted", "CredentialsBound", "Finished"] {
+        assert!(
+            described.contains(step),
+            "describe lacks {step}: {described}"
+        );
+    }
+
+    let everything = d.surfaces();
+    assert!(
+        !everything.contains(DOTENV_CANARY),
+        "the blocked .env leaked"
+    );
+    assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
+}
+
+async fn wait_phase(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    token: &str,
+    id: &str,
+    phases: &[&str],
+) -> pb::Call {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let c = api
+            .get_call(req(token, pb::GetCallRequest { id: id.into() }))
+            .await
+            .expect("get")
+            .into_inner();
+        if phases.contains(&c.phase.as_str()) {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} stuck in {} waiting for {phases:?}",
+            c.phase
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[test]
+fn the_demo_through_grpc() {
+    let port = support::free_port();
+    let grpc = format!("127.0.0.1:{port}");
+    let Some(d) = Demo::start("tg-demo-grpc", &["--grpc-addr", &grpc]) else {
+        return;
+    };
+    let ns = d.ns.clone();
+    let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let mut shown = String::new();
+    rt.block_on(async {
+        let mut api = support::grpc_client(&grpc).await;
+        let proposal = |tool: &str, args: serde_json::Value, action: &str| pb::ProposeCallRequest {
+            namespace: ns.clone(),
+            tool: tool.into(),
+            args_json: args.to_string(),
+            intent: Some(pb::Intent {
+                user_goal: "fix the failing serializer test".into(),
+                current_task: format!("{action} with {tool}"),
+                action_type: action.into(),
+                rationale_summary: "the demo scenario".into(),
+                evidence_refs: vec![],
+            }),
+            session_id: "sess-demo".into(),
+            ..Default::default()
+        };
+
+        // 1. The tool view for the intent.
+        let view = api
+            .get_tool_view(req(
+                &agent,
+                pb::GetToolViewRequest {
+                    namespace: ns.clone(),
+                    intent: "fix the failing serializer test: read the code, search for formatDate, patch it".into(),
+                    format: pb::ViewFormat::Openai as i32,
+                    max_tools: 5,
+                    action_type: String::new(),
+                    explain: true,
+                },
+            ))
+            .await
+            .expect("view")
+            .into_inner();
+        for tool in ["file.read", "file.write"] {
+            assert!(view.exposed.iter().any(|t| t.name == tool), "{view:?}");
+        }
+
+        // 2. Read, 3. search, 4. fix: each a pod on the cluster, the workspace volume mounted.
+        let read = api
+            .propose_call(req(&agent, proposal("file.read", serde_json::json!({"path": "src/serializer.ts"}), "read")))
+            .await
+            .expect("read")
+            .into_inner();
+        let read = wait_phase(&mut api, &agent, &read.id, &["Succeeded", "Failed"]).await;
+        assert_eq!(read.phase, "Succeeded", "{read:?}");
+        assert!(read.output_preview.contains("BUG: local time"), "{read:?}");
+        let dotenv = api
+            .propose_call(req(&agent, proposal("file.read", serde_json::json!({"path": ".env"}), "read")))
+            .await
+            .expect("read .env")
+            .into_inner();
+        let dotenv = wait_phase(&mut api, &agent, &dotenv.id, &["Succeeded", "Failed"]).await;
+        assert_eq!(dotenv.phase, "Failed", "{dotenv:?}");
+        let search = api
+            .propose_call(req(&agent, proposal("code.search", serde_json::json!({"text": "formatDate", "path": "src"}), "search")))
+            .await
+            .expect("search")
+            .into_inner();
+        let search = wait_phase(&mut api, &agent, &search.id, &["Succeeded", "Failed"]).await;
+        assert!(search.output_preview.contains("src/serializer.ts:1:"), "{search:?}");
+        let fix = api
+            .propose_call(req(&agent, proposal("file.write", serde_json::json!({"path": "src/serializer.ts", "content": FIXED}), "write")))
+            .await
+            .expect("fix")
+            .into_inner();
+        let fix = wait_phase(&mut api, &agent, &fix.id, &["Succeeded", "Failed"]).await;
+        assert_eq!(fix.phase, "Succeeded", "{fix:?}");
+
+        // 5. Refused: a destructive call on .git.
+        let delete = api
+            .propose_call(req(&agent, proposal("file.delete", serde_json::json!({"path": ".git/config"}), "delete")))
+            .await
+            .expect("delete is recorded")
+            .into_inner();
+        let delete = wait_phase(&mut api, &agent, &delete.id, &["Failed", "Denied"]).await;
+        assert!(delete.conditions.iter().any(|c| c.status == "False"), "{delete:?}");
+
+        // 6. The issue waits for alice; the agent cannot approve it itself.
+        let issue = api
+            .propose_call(req(&agent, proposal("github.create-issue", serde_json::json!({"owner": "acme", "repo": "web-app", "title": "serializer.test.ts fails across time zones", "body": "formatDate used local time; fixed in the same session."}), "external_send")))
+            .await
+            .expect("issue")
+            .into_inner();
+        let waiting = wait_phase(&mut api, &reviewer, &issue.id, &["AwaitingApproval"]).await;
+        let approve = pb::ApproveCallRequest {
+            id: waiting.id.clone(),
+            args_digest: waiting.args_digest.clone(),
+            tool_digest: waiting.tool_digest.clone(),
+            for_session: false,
+            ttl_seconds: 600,
+            comment: "fine to file".into(),
+        };
+        let e = api.approve_call(req(&agent, approve.clone())).await.expect_err("self-approval");
+        assert_eq!(toolgate_api::error::status_code_and_field(&e).0, "approval-self");
+        api.approve_call(req(&reviewer, approve)).await.expect("approved");
+        let mut events = api
+            .watch_call(req(&agent, pb::WatchCallRequest { id: issue.id.clone() }))
+            .await
+            .expect("watch")
+            .into_inner();
+        let mut kinds = Vec::new();
+        while let Some(e) = events.next().await {
+            let e = e.expect("event");
+            kinds.push(e.r#type.clone());
+            if e.terminal {
+                break;
+            }
+        }
+        assert!(kinds.iter().any(|k| k == "ApprovalGranted"), "{kinds:?}");
+        let done = wait_phase(&mut api, &agent, &issue.id, &["Succeeded", "Failed"]).await;
+        assert_eq!(done.phase, "Succeeded", "{done:?}");
+        let x = api
+            .explain_call(req(&reviewer, pb::ExplainCallRequest { id: issue.id.clone() }))
+            .await
+            .expect("explain")
+            .into_inner();
+        assert_eq!(x.approver, "alice@example.com");
+        shown = format!("{view:?} {read:?} {dotenv:?} {search:?} {fix:?} {delete:?} {done:?} {x:?} {kinds:?}");
+    });
+    assert_eq!(d.file("src/serializer.ts"), FIXED);
+    let filed = d.tracker.lock().expect("lock").clone();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert_eq!(filed[0].1, format!("Bearer {TOKEN_CANARY}"));
+    let everything = format!("{shown}\n{}", d.surfaces());
+    assert!(
+        !everything.contains(DOTENV_CANARY),
+        "the blocked .env leaked"
+    );
+    assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
+}
