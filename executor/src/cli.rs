@@ -59,6 +59,12 @@ fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<
 }
 
 pub fn main(args: &Args) -> ExitCode {
+    // Not dumpable: the tool runs as the same user, and could otherwise read this process's
+    // environment (the artifact store's keys in a pod) and memory through /proc.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("toolgate-executor: cannot make the process non-dumpable: {e}");
+        return ExitCode::from(70);
+    }
     let credentials_dir = args
         .credentials
         .clone()

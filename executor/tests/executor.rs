@@ -792,3 +792,65 @@ fn confinement_refuses_blocked_paths_to_builtins_and_tools() {
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!format!("{:#} {out} {err}", r.result).contains("canary-confined"));
 }
+
+/// The tool runs as the executor's user, but the executor is not dumpable: the tool cannot read
+/// its environment (in a pod, the artifact store's keys) through /proc.
+#[test]
+fn the_tool_cannot_read_the_executors_environment() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        eprintln!("skipping: running the executor as another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    open(dir.path(), 0o755);
+    // A copy the unprivileged user can execute, wherever the build lives.
+    let exe = dir.path().join("toolgate-executor");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolgate-executor"), &exe).expect("copy");
+    open(&exe, 0o755);
+    let art = dir.path().join("art");
+    std::fs::create_dir(&art).expect("art");
+    open(&art, 0o777);
+    let spec = base_spec(
+        &art,
+        json!([
+            "sh",
+            "-c",
+            "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < /proc/self/environ"
+        ]),
+    );
+    let path = dir.path().join("spec.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write");
+    open(&path, 0o644);
+    let out = Command::new(&exe)
+        .arg("--spec")
+        .arg(&path)
+        .env("AWS_SECRET_ACCESS_KEY", "canary-artifact-key-77a1")
+        .uid(65532)
+        .gid(65532)
+        .output()
+        .expect("run executor");
+    let result: Value = serde_json::from_slice(
+        out.stdout
+            .split(|b| *b == b'\n')
+            .rfind(|l| !l.is_empty())
+            .unwrap_or_default(),
+    )
+    .expect("result");
+    let stdout = std::fs::read_to_string(local_file(artifact(&result, "stdout"))).expect("stdout");
+    let stderr = std::fs::read_to_string(local_file(artifact(&result, "stderr"))).expect("stderr");
+    assert!(
+        !format!("{stdout}{stderr}{result}").contains("canary-artifact-key"),
+        "the tool read the executor's environment"
+    );
+    assert!(
+        stdout.starts_with("PATH="),
+        "the tool reads its own environment: {stdout} {stderr}"
+    );
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+}
