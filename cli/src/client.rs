@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use crate::out::{out, outln};
 use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;
@@ -333,11 +334,11 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     })
                     .await
                     .map_err(status_error)?;
-                println!("{}", call_summary(&call));
+                outln!("{}", call_summary(&call));
                 if watch {
-                    c.watch(&call.id, |e| println!("{}", event_line(e))).await.map_err(status_error)?;
+                    c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
                     let end = c.get(&call.id).await.map_err(status_error)?;
-                    println!("{}", call_summary(&end));
+                    outln!("{}", call_summary(&end));
                     return Ok(if end.phase == "Succeeded" { ExitCode::SUCCESS } else { ExitCode::from(1) });
                 }
             }
@@ -345,15 +346,15 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 let call = c.get(&id).await.map_err(status_error)?;
                 if json {
                     let status: serde_json::Value = serde_json::from_str(&call.status_json).unwrap_or_default();
-                    println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                    outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
                         "id": call.id, "namespace": call.namespace, "tool": call.tool, "toolDigest": call.tool_digest,
                         "principal": call.principal, "argsDigest": call.args_digest, "args": serde_json::from_str::<serde_json::Value>(&call.args_json).unwrap_or_default(),
                         "status": status,
                     }))?);
                 } else {
-                    println!("{}", call_summary(&call));
+                    outln!("{}", call_summary(&call));
                     for cond in &call.conditions {
-                        println!("  {:<18} {:<6} {:<20} {}", cond.r#type, cond.status, cond.reason, cond.message);
+                        outln!("  {:<18} {:<6} {:<20} {}", cond.r#type, cond.status, cond.reason, cond.message);
                     }
                 }
             }
@@ -363,35 +364,35 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     let r = c.req(pb::ListCallsRequest { phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
                     let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
                     for call in &page.calls {
-                        println!("{:<32} {:<22} {:<18} {:<16} {}", call.id, call.tool, call.phase, call.decision, call.principal);
+                        outln!("{:<32} {:<22} {:<18} {:<16} {}", call.id, call.tool, call.phase, call.decision, call.principal);
                     }
                     if page.next_page_token.is_empty() { break; }
                     token = page.next_page_token;
                 }
             }
             ClientCommand::Watch { id } => {
-                c.watch(&id, |e| println!("{}", event_line(e))).await.map_err(status_error)?;
+                c.watch(&id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
             }
             ClientCommand::Approve { id, session, ttl, comment } => {
                 let call = c.get(&id).await.map_err(status_error)?;
-                println!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
-                println!("  args: {}", call.args_json);
+                outln!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
+                outln!("  args: {}", call.args_json);
                 let call = c.approve(&call, session, ttl, &comment).await.map_err(status_error)?;
-                println!("{}", call_summary(&call));
+                outln!("{}", call_summary(&call));
             }
             ClientCommand::Deny { id, comment } => {
                 let r = c.req(pb::DenyCallRequest { id, comment });
                 let call = c.api().deny_call(r).await.map_err(status_error)?.into_inner();
-                println!("{}", call_summary(&call));
+                outln!("{}", call_summary(&call));
             }
             ClientCommand::Cancel { id, reason } => {
                 let r = c.req(pb::CancelCallRequest { id, reason });
                 let call = c.api().cancel_call(r).await.map_err(status_error)?.into_inner();
-                println!("{}", call_summary(&call));
+                outln!("{}", call_summary(&call));
             }
             ClientCommand::Explain { id } => {
                 let x = c.explain(&id).await.map_err(status_error)?;
-                print!("{}", explanation_text(&x));
+                out!("{}", explanation_text(&x));
             }
             ClientCommand::Artifact { call, artifact, out } => {
                 let (data, hash) = c.artifact(&call, &artifact).await.map_err(status_error)?;

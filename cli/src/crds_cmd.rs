@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::out::{out, outln};
 use anyhow::Context;
 
 /// Render every CRD as one YAML document, with the header the committed files carry.
@@ -22,9 +23,9 @@ pub fn run(out: Option<&Path>) -> anyhow::Result<ExitCode> {
         None => {
             for (i, (_, text)) in rendered.iter().enumerate() {
                 if i > 0 {
-                    println!("---");
+                    outln!("---");
                 }
-                print!("{text}");
+                out!("{text}");
             }
         }
         Some(dir) => {

@@ -13,6 +13,7 @@ use toolgate_local::broker::{CredentialBroker, FileBroker};
 use toolgate_proto::v1 as pb;
 
 use crate::client::{Client, call_summary, event_line, explanation_text};
+use crate::out::outln;
 
 /// The example manifests, built into the binary so the demo runs from anywhere.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -199,7 +200,7 @@ struct Story {
 
 impl Story {
     fn say(&mut self, text: &str) {
-        println!("{text}");
+        outln!("{text}");
         self.seen.push(text.to_string());
     }
     fn step(&mut self, n: u32, title: &str) {
@@ -475,16 +476,16 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     let _ = server.await;
     if keep {
         let kept = dir.keep();
-        println!("kept the demo's folder: {}", kept.display());
+        outln!("kept the demo's folder: {}", kept.display());
     }
     let ok = done.phase == "Succeeded" && !leaked && read.phase == "Succeeded";
     if !ok {
-        println!(
+        outln!(
             "the demo did not end as expected: the issue call is {}",
             done.phase
         );
         return Ok(ExitCode::from(1));
     }
-    println!("demo finished: every call above ran through toolgate's chain on this machine.");
+    outln!("demo finished: every call above ran through toolgate's chain on this machine.");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `toolgate lint PATH...`: check manifests the way the API server would, and more.
 
+use crate::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,9 +21,9 @@ pub fn run(paths: &[PathBuf], format: Format) -> anyhow::Result<ExitCode> {
     match format {
         Format::Text => {
             for f in &report.findings {
-                println!("{f}");
+                outln!("{f}");
             }
-            println!(
+            outln!(
                 "{} documents, {} objects: {} errors, {} warnings",
                 report.documents,
                 report.objects.len(),
@@ -46,7 +47,7 @@ pub fn run(paths: &[PathBuf], format: Format) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&items)?);
+            outln!("{}", serde_json::to_string_pretty(&items)?);
         }
     }
     Ok(if report.errors() > 0 {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::out::outln;
 use anyhow::Context;
 use toolgate_api::{Authenticator, TokenFile};
 use toolgate_local::broker::{CredentialBroker, FileBroker, NoBroker};
@@ -115,7 +116,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
         };
         let started = start(&args.manifests, &args.data, &args.workspace, &args.listen, broker).await?;
         let loaded = started.runtime.loaded();
-        println!(
+        outln!(
             "toolgate local: serving toolgate.v1 on {} ({} tools, {} objects from {}; data in {})",
             started.addr,
             loaded.registry.tool_count(),
@@ -130,7 +131,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             shutdown_signal(),
         )
         .await?;
-        println!("toolgate local: stopped");
+        outln!("toolgate local: stopped");
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -11,6 +11,7 @@ mod crds_cmd;
 mod demo;
 mod lint_cmd;
 mod local_cmd;
+mod out;
 mod policy_cmds;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.

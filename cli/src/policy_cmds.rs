@@ -16,6 +16,7 @@ use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
 use toolgate_crds::{ActionType, DecisionOutcome};
 
 use crate::lint_cmd::{lint_paths, linter};
+use crate::out::{out, outln};
 
 /// Exit code of `check` when approval is needed.
 pub const EXIT_APPROVAL: u8 = 3;
@@ -187,7 +188,7 @@ pub fn check(
                 .iter()
                 .map(|(ns, name, tool, principal, d)| serde_json::json!({"call": format!("{ns}/{name}"), "tool": tool, "principal": principal, "decision": d}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&items)?);
+            outln!("{}", serde_json::to_string_pretty(&items)?);
         }
         Output::Text => {
             for (ns, name, tool, principal, d) in &results {
@@ -204,34 +205,34 @@ fn print_decision(ns: &str, name: &str, tool: &str, principal: &str, d: &Decisio
         DecisionOutcome::RequireApproval => "REQUIRE APPROVAL",
         DecisionOutcome::Deny => "DENY",
     };
-    println!("call       {ns}/{name}");
+    outln!("call       {ns}/{name}");
     match (d.risk_tier, d.risk_level) {
-        (Some(t), Some(l)) => println!("tool       {tool} ({t} {}, declared {l})", t.label()),
-        _ => println!("tool       {tool}"),
+        (Some(t), Some(l)) => outln!("tool       {tool} ({t} {}, declared {l})", t.label()),
+        _ => outln!("tool       {tool}"),
     }
     if let Some(digest) = &d.tool_digest {
-        println!("version    {digest}");
+        outln!("version    {digest}");
     }
-    println!("principal  {principal}");
+    outln!("principal  {principal}");
     if let Some(a) = &d.args_digest {
-        println!("args       {a}");
+        outln!("args       {a}");
     }
-    println!("decision   {outcome}");
+    outln!("decision   {outcome}");
     if let Some(g) = &d.grant {
-        println!("grant      {g}");
+        outln!("grant      {g}");
     }
     if let Some(a) = &d.approval {
-        println!("approval   {a}");
+        outln!("approval   {a}");
     }
     if !d.missing_scopes.is_empty() {
-        println!("missing    {}", d.missing_scopes.join(", "));
+        outln!("missing    {}", d.missing_scopes.join(", "));
     }
-    println!("because");
+    outln!("because");
     for r in &d.reasons {
-        println!("  - {}: {}", r.code, r.message);
+        outln!("  - {}: {}", r.code, r.message);
     }
     for v in &d.args_violations {
-        println!(
+        outln!(
             "  - args {}: {} ({})",
             if v.pointer.is_empty() {
                 "/"
@@ -242,7 +243,7 @@ fn print_decision(ns: &str, name: &str, tool: &str, principal: &str, d: &Decisio
             v.rule
         );
     }
-    println!();
+    outln!();
 }
 
 /// Options of `toolgate view`.
@@ -305,14 +306,14 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|t| serde_json::json!({"name": t.name, "providerName": t.provider_name, "score": t.score, "approval": t.approval, "reason": t.reason}))
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": view.hidden})
             )?
         );
     } else {
-        println!("{}", serde_json::to_string_pretty(&tools)?);
+        outln!("{}", serde_json::to_string_pretty(&tools)?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -362,14 +363,14 @@ pub fn view_remote(
                 .iter()
                 .map(|h| serde_json::json!({"name": h.name, "code": h.code, "reason": h.reason}))
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(
                     &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden})
                 )?
             );
         } else {
-            println!("{}", serde_json::to_string_pretty(&tools)?);
+            outln!("{}", serde_json::to_string_pretty(&tools)?);
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -395,8 +396,8 @@ pub fn diff(
     }
     let changes = diff_policies(&registries[0], &registries[1], now);
     match output {
-        DiffOutput::Markdown => print!("{}", markdown(&changes)),
-        DiffOutput::Json => println!("{}", serde_json::to_string_pretty(&changes)?),
+        DiffOutput::Markdown => out!("{}", markdown(&changes)),
+        DiffOutput::Json => outln!("{}", serde_json::to_string_pretty(&changes)?),
     }
     Ok(ExitCode::SUCCESS)
 }

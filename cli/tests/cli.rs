@@ -366,3 +366,26 @@ fn diff_shows_exactly_the_changes_made() {
     let out = toolgate(&["diff", "examples", "examples", "--now", NOW]);
     assert!(stdout(&out).contains("No principal gains or loses access"));
 }
+
+/// A reader that stops early (`toolgate crds | head`) ends the command quietly, with success.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("crds")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolgate crds");
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("some output");
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
