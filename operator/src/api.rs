@@ -77,6 +77,8 @@ pub struct KubeBackend {
     pub scope: Scope,
     /// Where executors store artifacts (for GetArtifact).
     pub artifacts: ArtifactTarget,
+    /// The policy objects tool views and explanations are computed from.
+    pub cache: crate::cache::PolicyCache,
 }
 
 /// `namespace/name`: a call's id on a cluster.
@@ -331,9 +333,7 @@ impl Backend for KubeBackend {
     ) -> Result<pb::ToolView, ApiError> {
         let ns = namespace_of(caller, &req.namespace)?;
         self.in_scope(&ns)?;
-        let cluster = crate::call::dereference(&self.client, &ns, "")
-            .await
-            .map_err(internal)?;
+        let cluster = self.cache.namespace(&ns, "");
         tool_view(&cluster.registry, &ns, &caller.principal, &req)
     }
 
@@ -575,9 +575,7 @@ impl Backend for KubeBackend {
         let call = self.visible(caller, id).await?;
         let ns = call.namespace().unwrap_or_default();
         let status = call.status.clone().unwrap_or_default();
-        let cluster = crate::call::dereference(&self.client, &ns, &call.name_any())
-            .await
-            .map_err(internal)?;
+        let cluster = self.cache.namespace(&ns, &call.name_any());
         let principal = Principal::new(call.spec.principal.clone());
         let view = tool_view(
             &cluster.registry,

@@ -42,6 +42,7 @@ use toolgate_crds::{
 };
 
 use crate::build::{self, Owner, PodInput};
+use crate::cache::{PolicyCache, Subscriptions};
 use crate::descriptor::{FIELD_MANAGER, meta_of, object};
 
 /// Condition type of a cancellation (as in the embedded runtime).
@@ -79,6 +80,31 @@ pub struct Context {
     pub metrics: Arc<crate::ops::Metrics>,
     /// Consecutive failures per call, for backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolCall>, u32>>,
+    /// The namespace's policy objects, shared with the agent API.
+    pub cache: PolicyCache,
+}
+
+impl Context {
+    /// What the call is decided against: the shared caches, unless they would end the call — a
+    /// deny, or no tool, policy or binding to run with — which may only mean that a new object
+    /// has not reached them yet; then the API server's view.
+    async fn namespace(&self, call: &ToolCall, ns: &str) -> Result<Namespace, Error> {
+        let name = call.name_any();
+        let cached = self.cache.namespace(ns, &name);
+        let ends = decide(&cached, call, ns).outcome == DecisionOutcome::Deny
+            || run_target(
+                &cached.registry,
+                &cached.objects,
+                ns,
+                &call.spec.tool_ref.name,
+            )
+            .is_err();
+        if ends {
+            dereference(&self.client, ns, &name).await
+        } else {
+            Ok(cached)
+        }
+    }
 }
 
 /// Why a reconcile failed; transient, retried with backoff.
@@ -107,58 +133,75 @@ pub(crate) struct Namespace {
 
 pub(crate) async fn dereference(client: &Client, ns: &str, call: &str) -> Result<Namespace, Error> {
     let lp = ListParams::default();
-    let tds = Api::<ToolDescriptor>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await?;
-    let grants = Api::<ToolGrant>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await?;
-    let sbps = Api::<SandboxPolicy>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await?;
-    let cbs = Api::<CredentialBinding>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await?;
-    let approvals = Api::<ToolApproval>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter(|a| a.spec.call_ref.name == call || a.spec.session_id.is_some())
-        .collect();
-    let mut objects = Vec::new();
-    objects.extend(
-        tds.items
-            .iter()
-            .map(|t| object(meta_of(t), Spec::ToolDescriptor(Box::new(t.spec.clone())))),
-    );
-    objects.extend(
-        grants
-            .items
-            .iter()
-            .map(|g| object(meta_of(g), Spec::ToolGrant(Box::new(g.spec.clone())))),
-    );
-    objects.extend(
-        sbps.items
-            .iter()
-            .map(|s| object(meta_of(s), Spec::SandboxPolicy(Box::new(s.spec.clone())))),
-    );
-    objects.extend(cbs.items.iter().map(|c| {
-        object(
-            meta_of(c),
-            Spec::CredentialBinding(Box::new(c.spec.clone())),
-        )
-    }));
-    let objects = ObjectSet::new(objects);
-    let registry = Registry::from_objects(&objects);
-    Ok(Namespace {
-        objects,
-        registry,
-        approvals,
-    })
+    Ok(Namespace::assemble(
+        Api::<ToolDescriptor>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        Api::<ToolGrant>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        Api::<SandboxPolicy>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        Api::<CredentialBinding>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        Api::<ToolApproval>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        call,
+    ))
 }
 
 impl Namespace {
+    /// The objects as the core sees them; of the approvals, those of `call` and the session ones.
+    pub(crate) fn assemble(
+        descriptors: Vec<ToolDescriptor>,
+        grants: Vec<ToolGrant>,
+        policies: Vec<SandboxPolicy>,
+        bindings: Vec<CredentialBinding>,
+        approvals: Vec<ToolApproval>,
+        call: &str,
+    ) -> Self {
+        let mut objects = Vec::new();
+        objects.extend(
+            descriptors
+                .iter()
+                .map(|t| object(meta_of(t), Spec::ToolDescriptor(Box::new(t.spec.clone())))),
+        );
+        objects.extend(
+            grants
+                .iter()
+                .map(|g| object(meta_of(g), Spec::ToolGrant(Box::new(g.spec.clone())))),
+        );
+        objects.extend(
+            policies
+                .iter()
+                .map(|s| object(meta_of(s), Spec::SandboxPolicy(Box::new(s.spec.clone())))),
+        );
+        objects.extend(bindings.iter().map(|c| {
+            object(
+                meta_of(c),
+                Spec::CredentialBinding(Box::new(c.spec.clone())),
+            )
+        }));
+        let objects = ObjectSet::new(objects);
+        let registry = Registry::from_objects(&objects);
+        Namespace {
+            objects,
+            registry,
+            approvals: approvals
+                .into_iter()
+                .filter(|a| a.spec.call_ref.name == call || a.spec.session_id.is_some())
+                .collect(),
+        }
+    }
+
     /// Who gave the named approval (empty when it is not there).
     pub(crate) fn approver_of(&self, approval: &str) -> String {
         self.approvals
@@ -315,7 +358,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
         ctx.record(call, &mut status, &steps).await?;
         return Ok(Action::await_change());
     }
-    let cluster = dereference(&ctx.client, ns, &name).await?;
+    let cluster = ctx.namespace(call, ns).await?;
     match status.phase {
         None | Some(CallPhase::Pending) => {
             let decision = decide(&cluster, call, ns);
@@ -842,28 +885,34 @@ pub async fn run(
     scope: crate::scope::Scope,
     metrics: Arc<crate::ops::Metrics>,
     health: Arc<crate::ops::Health>,
+    (cache, subscriptions): (PolicyCache, Subscriptions),
 ) {
     let calls = scope.api::<ToolCall>(&client);
     let controller = Controller::new(calls, watcher::Config::default());
     let store = controller.store();
     let by_descriptor = store.clone();
-    // Ready once the calls' cache has synced (and, before this runs, the lease is held).
+    // Ready once the calls' cache and the policy caches have synced (and, before this runs, the
+    // lease is held).
     let synced = store.clone();
+    let policies = cache.clone();
     tokio::spawn(async move {
-        // Polled again and again: the store's readiness signal wakes only its latest waiter, and
-        // the controller waits on it too.
+        // Polled again and again: a store's readiness signal wakes only its latest waiter, and
+        // the controller waits on the calls' store too.
         loop {
-            match tokio::time::timeout(Duration::from_millis(250), synced.wait_until_ready()).await
-            {
+            let both = async {
+                synced.wait_until_ready().await?;
+                policies.wait_until_ready().await
+            };
+            match tokio::time::timeout(Duration::from_millis(250), both).await {
                 Ok(Ok(())) => {
                     health
                         .ready
                         .store(true, std::sync::atomic::Ordering::SeqCst);
-                    tracing::info!("ToolCall cache synced; ready");
+                    tracing::info!("ToolCall and policy caches synced; ready");
                     return;
                 }
                 Ok(Err(e)) => {
-                    tracing::error!(error = %e, "the ToolCall cache never synced");
+                    tracing::error!(error = %e, "the caches never synced");
                     return;
                 }
                 Err(_) => {}
@@ -882,30 +931,23 @@ pub async fn run(
             scope.api::<Pod>(&client),
             watcher::Config::default().labels(build::CALL_LABEL),
         )
-        .watches(
-            scope.api::<ToolApproval>(&client),
-            watcher::Config::default(),
-            |a| {
-                a.namespace()
-                    .map(|ns| ObjectRef::<ToolCall>::new(&a.spec.call_ref.name).within(&ns))
-            },
-        )
-        .watches(
-            scope.api::<ToolDescriptor>(&client),
-            watcher::Config::default(),
-            move |td| {
-                by_descriptor
-                    .state()
-                    .into_iter()
-                    .filter(|c| {
-                        c.namespace() == td.namespace()
-                            && Some(c.spec.tool_ref.name.as_str()) == td.metadata.name.as_deref()
-                            && !is_terminal(c.status.as_ref().and_then(|s| s.phase))
-                    })
-                    .map(|c| ObjectRef::from_obj(&*c))
-                    .collect::<Vec<_>>()
-            },
-        )
+        // Through the shared caches' streams: a reconcile they trigger sees the change.
+        .watches_shared_stream(subscriptions.approvals, |a| {
+            a.namespace()
+                .map(|ns| ObjectRef::<ToolCall>::new(&a.spec.call_ref.name).within(&ns))
+        })
+        .watches_shared_stream(subscriptions.descriptors, move |td| {
+            by_descriptor
+                .state()
+                .into_iter()
+                .filter(|c| {
+                    c.namespace() == td.namespace()
+                        && Some(c.spec.tool_ref.name.as_str()) == td.metadata.name.as_deref()
+                        && !is_terminal(c.status.as_ref().and_then(|s| s.phase))
+                })
+                .map(|c| ObjectRef::from_obj(&*c))
+                .collect::<Vec<_>>()
+        })
         .shutdown_on_signal()
         .run(
             reconcile,
@@ -916,6 +958,7 @@ pub async fn run(
                 config,
                 metrics,
                 failures: Default::default(),
+                cache,
             }),
         )
         .for_each(|_| futures::future::ready(()))
@@ -993,6 +1036,7 @@ mod scenarios {
         objects: Vec<serde_json::Value>,
     ) -> (Arc<Context>, Log, tokio::task::JoinHandle<()>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let cached = objects.clone();
         let log: Log = Arc::default();
         let seen = log.clone();
         let server = tokio::spawn(async move {
@@ -1046,7 +1090,25 @@ mod scenarios {
             }
         });
         let client = Client::new(service, NS);
+        fn of_kind<K: serde::de::DeserializeOwned>(
+            objects: &[serde_json::Value],
+            kind: &str,
+        ) -> Vec<K> {
+            objects
+                .iter()
+                .filter(|o| o["kind"] == kind)
+                .map(|o| serde_json::from_value(o.clone()).expect(kind))
+                .collect()
+        }
+        let cache = PolicyCache::of(
+            of_kind(&cached, "ToolDescriptor"),
+            of_kind(&cached, "ToolGrant"),
+            of_kind(&cached, "SandboxPolicy"),
+            of_kind(&cached, "CredentialBinding"),
+            of_kind(&cached, "ToolApproval"),
+        );
         let ctx = Arc::new(Context {
+            cache,
             recorder: Recorder::new(
                 client.clone(),
                 Reporter {
@@ -1102,6 +1164,13 @@ mod scenarios {
         let statuses = status_patches(&log);
         let last = statuses.last().expect("a status");
         assert_eq!(last["phase"], "Denied");
+        assert!(
+            log.lock()
+                .expect("log")
+                .iter()
+                .any(|(m, p, _)| m == "GET" && p.ends_with("/toolgrants")),
+            "a deny from the caches is confirmed against the API server"
+        );
         for kind in ["pods", "secrets", "configmaps", "networkpolicies"] {
             assert!(
                 touched(&log, kind).is_empty(),
@@ -1125,6 +1194,10 @@ mod scenarios {
         reconcile(Arc::new(call(principal, None)), ctx.clone())
             .await
             .expect("decided");
+        assert!(
+            !log.lock().expect("log").iter().any(|(m, _, _)| m == "GET"),
+            "an allowed call is decided from the caches, without a request"
+        );
         let decided = status_patches(&log).last().cloned().expect("status");
         assert_eq!(decided["phase"], "Authorized", "{decided}");
         log.lock().expect("log").clear();

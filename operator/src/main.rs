@@ -12,6 +12,7 @@ use toolgate_crds::ToolDescriptor;
 
 mod api;
 mod build;
+mod cache;
 mod call;
 mod descriptor;
 mod grant;
@@ -171,6 +172,8 @@ fn main() -> ExitCode {
             eprintln!("toolgate-operator: cannot list ToolDescriptors ({e}); are the CRDs installed? kubectl apply -f crds/generated/");
             return ExitCode::from(1);
         }
+        // Shared by the agent API (also on standby replicas) and the ToolCall controller.
+        let (cache, subscriptions) = cache::PolicyCache::start(&client, &scope);
         let metrics = std::sync::Arc::new(ops::Metrics::default());
         let health = std::sync::Arc::new(ops::Health::default());
         tokio::spawn(ops::serve(args.health_addr, metrics.clone(), health.clone()));
@@ -186,6 +189,7 @@ fn main() -> ExitCode {
                 client: client.clone(),
                 scope: scope.clone(),
                 artifacts: config.artifacts.clone(),
+                cache: cache.clone(),
             });
             let auth = std::sync::Arc::new(api::TokenReviewAuth { client: client.clone() });
             tracing::info!(%addr, "serving the toolgate.v1 agent API");
@@ -221,7 +225,7 @@ fn main() -> ExitCode {
             descriptor::run(client.clone(), scope.clone()),
             grant::run(client.clone(), scope.clone()),
             readiness::run(client.clone(), config.broker.clone(), scope.clone()),
-            call::run(client, config, scope, metrics, health)
+            call::run(client, config, scope, metrics, health, (cache, subscriptions))
         );
         ExitCode::SUCCESS
     })

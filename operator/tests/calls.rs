@@ -677,6 +677,9 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
         .map(|(i, n)| {
             if i % 5 == 0 {
                 call(&ns, n, "test.secret", "{}", &ns)
+            } else if i % 5 == 1 {
+                // Long enough that the operator dies while pods run, however fast it decides.
+                call(&ns, n, "test.sleep", "{seconds: \"3\"}", &ns)
             } else {
                 call(&ns, n, "test.echo", &format!("{{msg: \"{n}\"}}"), &ns)
             }
@@ -693,6 +696,7 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut kills = 0;
     loop {
+        std::thread::sleep(Duration::from_millis(100 + random(700)));
         let phases = ok(
             &[
                 "get",
@@ -715,7 +719,6 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
             Instant::now() < deadline,
             "{done} of 50 calls finished: {phases}"
         );
-        std::thread::sleep(Duration::from_millis(200 + random(1500)));
         if kills < 8 {
             drop(std::mem::replace(
                 &mut c._operator,

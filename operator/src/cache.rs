@@ -1,0 +1,167 @@
+//! The policy objects every decision reads — descriptors, grants, sandbox policies, credential
+//! bindings, approvals — kept in reflector caches shared by the ToolCall controller and the agent
+//! API, so a reconcile or a tool view costs no API request.
+//!
+//! Freshness: approvals and descriptors reach the controller through the same reflected streams
+//! that fill the caches (`watches_shared_stream`), so a reconcile they trigger already sees them.
+//! Another object may be newer than the cache; a cached view that would end a call (a deny, or a
+//! missing tool, policy or binding) is therefore confirmed against the API server first
+//! ([`crate::call`]), which is the only case that still lists.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::Client;
+use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use toolgate_crds::{CredentialBinding, SandboxPolicy, ToolApproval, ToolDescriptor, ToolGrant};
+
+use crate::call::Namespace;
+use crate::scope::Scope;
+
+/// Events a subscriber may lag behind before the cache waits for it.
+const SUBSCRIBER_BUFFER: usize = 1024;
+
+/// Readers of the shared caches.
+#[derive(Clone)]
+pub struct PolicyCache {
+    descriptors: Store<ToolDescriptor>,
+    grants: Store<ToolGrant>,
+    policies: Store<SandboxPolicy>,
+    bindings: Store<CredentialBinding>,
+    approvals: Store<ToolApproval>,
+}
+
+/// Changes to descriptors and approvals, delivered after the cache applied them.
+pub struct Subscriptions {
+    /// Every applied ToolDescriptor.
+    pub descriptors: ReflectHandle<ToolDescriptor>,
+    /// Every applied ToolApproval.
+    pub approvals: ReflectHandle<ToolApproval>,
+}
+
+/// Keep a cache filled from a watch until the process ends (watch errors are retried with
+/// backoff and logged).
+fn fill<K>(
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    writer: reflector::store::Writer<K>,
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let kind = K::kind(&Default::default()).into_owned();
+    tokio::spawn(
+        reflector::reflector(writer, stream.default_backoff()).for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(%kind, error = %e, "watching for the policy cache");
+            }
+            futures::future::ready(())
+        }),
+    );
+}
+
+impl PolicyCache {
+    /// Start the watches (within `scope`) that fill the caches.
+    pub fn start(client: &Client, scope: &Scope) -> (Self, Subscriptions) {
+        let cfg = watcher::Config::default;
+        let (descriptors, d_writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (approvals, a_writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let subscriptions = Subscriptions {
+            descriptors: d_writer
+                .subscribe()
+                .expect("a shared store has subscribers"),
+            approvals: a_writer
+                .subscribe()
+                .expect("a shared store has subscribers"),
+        };
+        fill(
+            watcher(scope.api::<ToolDescriptor>(client), cfg()),
+            d_writer,
+        );
+        fill(watcher(scope.api::<ToolApproval>(client), cfg()), a_writer);
+        let (grants, g_writer) = reflector::store();
+        fill(watcher(scope.api::<ToolGrant>(client), cfg()), g_writer);
+        let (policies, p_writer) = reflector::store();
+        fill(watcher(scope.api::<SandboxPolicy>(client), cfg()), p_writer);
+        let (bindings, b_writer) = reflector::store();
+        fill(
+            watcher(scope.api::<CredentialBinding>(client), cfg()),
+            b_writer,
+        );
+        (
+            Self {
+                descriptors,
+                grants,
+                policies,
+                bindings,
+                approvals,
+            },
+            subscriptions,
+        )
+    }
+
+    /// Wait until every cache has listed once.
+    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.descriptors.wait_until_ready().await?;
+        self.grants.wait_until_ready().await?;
+        self.policies.wait_until_ready().await?;
+        self.bindings.wait_until_ready().await?;
+        self.approvals.wait_until_ready().await
+    }
+
+    /// The namespace's objects as the core sees them, with the approvals of `call` (and session
+    /// approvals).
+    pub(crate) fn namespace(&self, ns: &str, call: &str) -> Namespace {
+        fn of<K>(store: &Store<K>, ns: &str) -> Vec<K>
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            store
+                .state()
+                .iter()
+                .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+                .map(|o| Arc::unwrap_or_clone(o.clone()))
+                .collect()
+        }
+        Namespace::assemble(
+            of(&self.descriptors, ns),
+            of(&self.grants, ns),
+            of(&self.policies, ns),
+            of(&self.bindings, ns),
+            of(&self.approvals, ns),
+            call,
+        )
+    }
+
+    /// A cache from objects already at hand (reconciler tests).
+    #[cfg(test)]
+    pub(crate) fn of(
+        descriptors: Vec<ToolDescriptor>,
+        grants: Vec<ToolGrant>,
+        policies: Vec<SandboxPolicy>,
+        bindings: Vec<CredentialBinding>,
+        approvals: Vec<ToolApproval>,
+    ) -> Self {
+        fn filled<K>(objects: Vec<K>) -> Store<K>
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+        {
+            let (reader, mut writer) = reflector::store();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for o in objects {
+                writer.apply_watcher_event(&watcher::Event::InitApply(o));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            reader
+        }
+        Self {
+            descriptors: filled(descriptors),
+            grants: filled(grants),
+            policies: filled(policies),
+            bindings: filled(bindings),
+            approvals: filled(approvals),
+        }
+    }
+}
