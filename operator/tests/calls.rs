@@ -78,23 +78,10 @@ struct Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- objects in {} ---\n{}",
-                self.ns,
-                kubectl(
-                    &[
-                        "get",
-                        "toolgate,pods,secrets,configmaps,networkpolicies,events",
-                        "-n",
-                        &self.ns,
-                        "-o",
-                        "wide"
-                    ],
-                    None
-                )
-                .1
+            support::dump(
+                &self.ns,
+                "toolgate,pods,secrets,configmaps,networkpolicies,events",
             );
-            eprintln!("--- operator log ---\n{}", operator_log());
         }
     }
 }
@@ -543,18 +530,7 @@ fn agents_and_reviewers_act_through_kubectl_as_themselves() {
         return;
     };
     let ns = &c.ns;
-    ok(
-        &[
-            "apply",
-            "-f",
-            &root()
-                .join("crds/admission/identity.yaml")
-                .display()
-                .to_string(),
-        ],
-        None,
-    );
-    support::apply_agent_rbac(ns);
+    support::apply_agent_access(ns);
     // The real agent identity is system:serviceaccount:team-a:fixer: grant it the tools here.
     ok(
         &["apply", "-f", "-"],
@@ -800,7 +776,7 @@ fn the_agent_api_on_the_cluster() {
             "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: agent, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n  tools: {{names: [test.echo, test.gated, test.sleep]}}\n  scopes: [\"workspace:read\"]\n"
         )),
     );
-    support::apply_agent_rbac(&ns);
+    support::apply_agent_access(&ns);
     let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -950,28 +926,7 @@ fn the_agent_api_on_the_cluster() {
             .await
             .expect("gated")
             .into_inner();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let shown = loop {
-            let g = api
-                .get_call(req(
-                    &reviewer,
-                    pb::GetCallRequest {
-                        id: gated.id.clone(),
-                    },
-                ))
-                .await
-                .expect("get")
-                .into_inner();
-            if g.phase == "AwaitingApproval" {
-                break g;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never awaited approval: {}",
-                g.phase
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        let shown = wait_call(&mut api, &reviewer, &gated.id, &["AwaitingApproval"]).await;
         let approve = |c: &pb::Call| pb::ApproveCallRequest {
             id: c.id.clone(),
             args_digest: c.args_digest.clone(),
@@ -1001,28 +956,7 @@ fn the_agent_api_on_the_cluster() {
         api.approve_call(req(&reviewer, approve(&shown)))
             .await
             .expect("approved");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let g = api
-                .get_call(req(
-                    &agent,
-                    pb::GetCallRequest {
-                        id: gated.id.clone(),
-                    },
-                ))
-                .await
-                .expect("get")
-                .into_inner();
-            if g.phase == "Succeeded" {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the approved call did not run: {}",
-                g.phase
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_call(&mut api, &agent, &gated.id, &["Succeeded"]).await;
         let x = api
             .explain_call(req(
                 &reviewer,
@@ -1051,25 +985,25 @@ fn the_agent_api_on_the_cluster() {
             .await
             .expect("first")
             .into_inner();
-        let shown = wait_call(&mut api, &reviewer, &first.id, "AwaitingApproval").await;
+        let shown = wait_call(&mut api, &reviewer, &first.id, &["AwaitingApproval"]).await;
         let mut for_session = approve(&shown);
         for_session.for_session = true;
         api.approve_call(req(&reviewer, for_session))
             .await
             .expect("approved for the session");
-        wait_call(&mut api, &agent, &first.id, "Succeeded").await;
+        wait_call(&mut api, &agent, &first.id, &["Succeeded"]).await;
         let second = api
             .propose_call(req(&agent, in_session("session", "s-1")))
             .await
             .expect("second")
             .into_inner();
-        wait_call(&mut api, &agent, &second.id, "Succeeded").await;
+        wait_call(&mut api, &agent, &second.id, &["Succeeded"]).await;
         let elsewhere = api
             .propose_call(req(&agent, in_session("session", "s-2")))
             .await
             .expect("other session")
             .into_inner();
-        wait_call(&mut api, &agent, &elsewhere.id, "AwaitingApproval").await;
+        wait_call(&mut api, &agent, &elsewhere.id, &["AwaitingApproval"]).await;
 
         // Cancel a running call: the pod goes, the call says so.
         let sleepy = api

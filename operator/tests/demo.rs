@@ -16,7 +16,7 @@ use futures::StreamExt;
 use support::node_emulator::{self, NodeConfig};
 use support::{
     authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root,
-    start_operator, token_of, wait_for,
+    start_operator, token_of, wait_call, wait_for,
 };
 use toolgate_proto::v1 as pb;
 
@@ -145,23 +145,7 @@ struct Demo {
 impl Drop for Demo {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- objects in {} ---\n{}",
-                self.ns,
-                kubectl(
-                    &[
-                        "get",
-                        "toolgate,pods,pvc,networkpolicies,events",
-                        "-n",
-                        &self.ns,
-                        "-o",
-                        "wide"
-                    ],
-                    None
-                )
-                .1
-            );
-            eprintln!("--- operator log ---\n{}", operator_log());
+            support::dump(&self.ns, "toolgate,pods,pvc,networkpolicies,events");
         }
         let _ = kubectl(
             &["delete", "pv", &format!("ws-{}", self.ns), "--wait=false"],
@@ -207,18 +191,7 @@ impl Demo {
             &["apply", "-f", "-"],
             Some(&example_manifests(&ns, &tracker_addr)),
         );
-        ok(
-            &[
-                "apply",
-                "-f",
-                &root()
-                    .join("crds/admission/identity.yaml")
-                    .display()
-                    .to_string(),
-            ],
-            None,
-        );
-        support::apply_agent_rbac(&ns);
+        support::apply_agent_access(&ns);
         let secrets = tempfile::tempdir().expect("secrets");
         let path = secrets.path().join("secrets.yaml");
         std::fs::write(
@@ -513,31 +486,6 @@ fn the_demo_through_kubectl() {
     assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
 }
 
-async fn wait_phase(
-    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
-    token: &str,
-    id: &str,
-    phases: &[&str],
-) -> pb::Call {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let c = api
-            .get_call(req(token, pb::GetCallRequest { id: id.into() }))
-            .await
-            .expect("get")
-            .into_inner();
-        if phases.contains(&c.phase.as_str()) {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} stuck in {} waiting for {phases:?}",
-            c.phase
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[test]
 fn the_demo_through_grpc() {
     let port = support::free_port();
@@ -595,7 +543,7 @@ fn the_demo_through_grpc() {
             .await
             .expect("read")
             .into_inner();
-        let read = wait_phase(&mut api, &agent, &read.id, &["Succeeded", "Failed"]).await;
+        let read = wait_call(&mut api, &agent, &read.id, &["Succeeded", "Failed"]).await;
         assert_eq!(read.phase, "Succeeded", "{read:?}");
         assert!(read.output_preview.contains("BUG: local time"), "{read:?}");
         let dotenv = api
@@ -603,21 +551,21 @@ fn the_demo_through_grpc() {
             .await
             .expect("read .env")
             .into_inner();
-        let dotenv = wait_phase(&mut api, &agent, &dotenv.id, &["Succeeded", "Failed"]).await;
+        let dotenv = wait_call(&mut api, &agent, &dotenv.id, &["Succeeded", "Failed"]).await;
         assert_eq!(dotenv.phase, "Failed", "{dotenv:?}");
         let search = api
             .propose_call(req(&agent, proposal("code.search", serde_json::json!({"text": "formatDate", "path": "src"}), "search")))
             .await
             .expect("search")
             .into_inner();
-        let search = wait_phase(&mut api, &agent, &search.id, &["Succeeded", "Failed"]).await;
+        let search = wait_call(&mut api, &agent, &search.id, &["Succeeded", "Failed"]).await;
         assert!(search.output_preview.contains("src/serializer.ts:1:"), "{search:?}");
         let fix = api
             .propose_call(req(&agent, proposal("file.write", serde_json::json!({"path": "src/serializer.ts", "content": FIXED}), "write")))
             .await
             .expect("fix")
             .into_inner();
-        let fix = wait_phase(&mut api, &agent, &fix.id, &["Succeeded", "Failed"]).await;
+        let fix = wait_call(&mut api, &agent, &fix.id, &["Succeeded", "Failed"]).await;
         assert_eq!(fix.phase, "Succeeded", "{fix:?}");
 
         // 5. Refused: a destructive call on .git.
@@ -626,7 +574,7 @@ fn the_demo_through_grpc() {
             .await
             .expect("delete is recorded")
             .into_inner();
-        let delete = wait_phase(&mut api, &agent, &delete.id, &["Failed", "Denied"]).await;
+        let delete = wait_call(&mut api, &agent, &delete.id, &["Failed", "Denied"]).await;
         assert!(delete.conditions.iter().any(|c| c.status == "False"), "{delete:?}");
 
         // 6. The issue waits for alice; the agent cannot approve it itself.
@@ -635,7 +583,7 @@ fn the_demo_through_grpc() {
             .await
             .expect("issue")
             .into_inner();
-        let waiting = wait_phase(&mut api, &reviewer, &issue.id, &["AwaitingApproval"]).await;
+        let waiting = wait_call(&mut api, &reviewer, &issue.id, &["AwaitingApproval"]).await;
         let approve = pb::ApproveCallRequest {
             id: waiting.id.clone(),
             args_digest: waiting.args_digest.clone(),
@@ -661,7 +609,7 @@ fn the_demo_through_grpc() {
             }
         }
         assert!(kinds.iter().any(|k| k == "ApprovalGranted"), "{kinds:?}");
-        let done = wait_phase(&mut api, &agent, &issue.id, &["Succeeded", "Failed"]).await;
+        let done = wait_call(&mut api, &agent, &issue.id, &["Succeeded", "Failed"]).await;
         assert_eq!(done.phase, "Succeeded", "{done:?}");
         let x = api
             .explain_call(req(&reviewer, pb::ExplainCallRequest { id: issue.id.clone() }))

@@ -265,26 +265,37 @@ pub async fn wait_call(
     api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
     token: &str,
     id: &str,
-    phase: &str,
+    phases: &[&str],
 ) -> toolgate_proto::v1::Call {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let mut r = tonic::Request::new(toolgate_proto::v1::GetCallRequest { id: id.into() });
-        r.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().expect("h"),
-        );
-        let c = api.get_call(r).await.expect("get").into_inner();
-        if c.phase == phase {
+        let c = api
+            .get_call(authorized(
+                token,
+                toolgate_proto::v1::GetCallRequest { id: id.into() },
+            ))
+            .await
+            .expect("get")
+            .into_inner();
+        if phases.contains(&c.phase.as_str()) {
             return c;
         }
         assert!(
             Instant::now() < deadline,
-            "{id} stuck in {} waiting for {phase}",
+            "{id} stuck in {} waiting for {phases:?}",
             c.phase
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Print the namespace's objects and the operator's log (a failing test's evidence).
+pub fn dump(ns: &str, kinds: &str) {
+    eprintln!(
+        "--- objects in {ns} ---\n{}",
+        kubectl(&["get", kinds, "-n", ns, "-o", "wide"], None).1
+    );
+    eprintln!("--- operator log ---\n{}", operator_log());
 }
 
 /// A user's bearer token from the test control plane's kubeconfig (tests/cluster/up.sh writes
@@ -303,9 +314,21 @@ pub fn token_of(user: &str) -> String {
         .to_string()
 }
 
-/// The example agent and reviewer RBAC (operator/deploy/agent-rbac.example.yaml) applied to
-/// `ns`; the agent's identity stays system:serviceaccount:team-a:fixer (tests/cluster/up.sh).
-pub fn apply_agent_rbac(ns: &str) {
+/// The admission policies (crds/admission/identity.yaml) and the example agent and reviewer
+/// RBAC (operator/deploy/agent-rbac.example.yaml) applied to `ns`; the agent's identity stays
+/// system:serviceaccount:team-a:fixer (tests/cluster/up.sh).
+pub fn apply_agent_access(ns: &str) {
+    ok(
+        &[
+            "apply",
+            "-f",
+            &root()
+                .join("crds/admission/identity.yaml")
+                .display()
+                .to_string(),
+        ],
+        None,
+    );
     let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
         .expect("rbac")
         .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
