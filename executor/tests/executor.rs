@@ -791,6 +791,33 @@ fn confinement_refuses_blocked_paths_to_builtins_and_tools() {
     assert_eq!(out, "export const a = 2;\n");
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!format!("{:#} {out} {err}", r.result).contains("canary-confined"));
+
+    // The executor's own files are not the tool's: it cannot rewrite an artifact or the spec.
+    let art = dir.path().join("art");
+    let stored = local_file(artifact(&r.result, "stdout"));
+    let mut tamper = base_spec(
+        &art,
+        json!([
+            "sh",
+            "-c",
+            format!(
+                "echo forged > {}; echo forged > {}",
+                stored.display(),
+                dir.path().join("spec.json").display()
+            )
+        ]),
+    );
+    tamper["confinement"] = json!({"write": [ws.display().to_string()]});
+    tamper["call"]["name"] = json!("call-2");
+    let before = std::fs::read(&stored).expect("artifact");
+    let r = run_spec(dir.path(), &tamper);
+    assert_ne!(r.result["exitCode"], 0, "{:#}", r.result);
+    assert_eq!(std::fs::read(&stored).expect("artifact"), before);
+    assert_eq!(
+        std::fs::read(dir.path().join("spec.json")).expect("spec"),
+        serde_json::to_vec_pretty(&tamper).expect("spec"),
+        "the spec was rewritten"
+    );
 }
 
 /// The tool runs as the executor's user, but the executor is not dumpable: the tool cannot read
