@@ -116,6 +116,7 @@ impl Proposal {
                 digest,
             },
             principal: caller.name().to_string(),
+            principal_groups: caller.principal.groups.clone(),
             args: self.args,
             intent: self.intent,
             proposed_by: Default::default(),
@@ -224,6 +225,32 @@ mod properties {
             principal: Principal::new("system:serviceaccount:team-a:fixer"),
             approver_in: vec![],
         }
+    }
+
+    #[test]
+    fn the_call_records_the_authenticated_principal_and_groups() {
+        let caller = Caller {
+            principal: Principal::new("alice@example.com").with_groups(["team-a-reviewers"]),
+            approver_in: vec![],
+        };
+        let req = pb::ProposeCallRequest {
+            namespace: "team-a".into(),
+            tool: "test.echo".into(),
+            args_json: "{}".into(),
+            intent: Some(pb::Intent {
+                user_goal: "g".into(),
+                current_task: "t".into(),
+                action_type: "execute".into(),
+                rationale_summary: "r".into(),
+                evidence_refs: vec![],
+            }),
+            ..Default::default()
+        };
+        let spec = Proposal::validate(&caller, &req)
+            .expect("valid")
+            .into_spec(&caller, "test.echo".into(), None);
+        assert_eq!(spec.principal, "alice@example.com");
+        assert_eq!(spec.principal_groups, vec!["team-a-reviewers".to_string()]);
     }
 
     proptest! {

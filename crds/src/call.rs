@@ -59,6 +59,12 @@ pub struct ToolCallSpec {
     /// from the caller's identity, never trusted from the caller.
     #[schemars(length(min = 1, max = 512))]
     pub principal: String,
+    /// The principal's groups, as its authenticator reported them; ToolGrant subjects of kind
+    /// Group match these. Set by toolgate's agent API from the token; a person creating a call
+    /// may list only groups they are in (the admission policy checks each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
+    pub principal_groups: Vec<String>,
     /// Arguments of the call; validated against the tool's input schema before any policy check.
     #[schemars(schema_with = "any_object")]
     pub args: serde_json::Value,

@@ -576,7 +576,8 @@ impl Backend for KubeBackend {
         let ns = call.namespace().unwrap_or_default();
         let status = call.status.clone().unwrap_or_default();
         let cluster = self.cache.namespace(&ns, &call.name_any());
-        let principal = Principal::new(call.spec.principal.clone());
+        let principal = Principal::new(call.spec.principal.clone())
+            .with_groups(call.spec.principal_groups.clone());
         let view = tool_view(
             &cluster.registry,
             &ns,

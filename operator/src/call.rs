@@ -213,7 +213,8 @@ impl Namespace {
 }
 
 fn decide(ns: &Namespace, call: &ToolCall, namespace: &str) -> toolgate_core::decision::Decision {
-    let principal = Principal::new(call.spec.principal.clone());
+    let principal =
+        Principal::new(call.spec.principal.clone()).with_groups(call.spec.principal_groups.clone());
     let entries: Vec<ApprovalEntry<'_>> = ns
         .approvals
         .iter()

@@ -1134,3 +1134,76 @@ fn a_changed_descriptor_voids_the_approval_and_the_call_does_not_run() {
         "a voided approval started nothing"
     );
 }
+
+/// ToolGrant subjects of kind Group match the groups a call records, and a person may record
+/// only groups they are in.
+#[test]
+fn grants_to_a_group_match_the_callers_groups() {
+    let Some(c) = cluster("tg-groups") else {
+        return;
+    };
+    let ns = c.ns.as_str();
+    support::apply_agent_access(ns);
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: reviewers-echo, namespace: {ns}}}\nspec:\n  subjects: [{{kind: Group, name: team-a-reviewers}}]\n  tools: {{names: [test.echo]}}\n  scopes: [\"workspace:read\"]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: reviewers-propose, namespace: {ns}}}\nrules: [{{apiGroups: [toolgate.dev], resources: [toolcalls], verbs: [create]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: reviewers-propose, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: reviewers-propose}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: team-a-reviewers}}]\n"
+        )),
+    );
+    let by_alice = |name: &str, groups: &str| {
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolCall\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  toolRef: {{name: test.echo}}\n  principal: alice@example.com\n{groups}  args: {{msg: from a reviewer}}\n  intent: {{userGoal: test groups, currentTask: echo, actionType: execute, rationaleSummary: end-to-end test}}\n"
+        )
+    };
+    let as_alice = |doc: &str| kubectl(&["--context", "reviewer", "create", "-f", "-"], Some(doc));
+    // RBAC and admission take a moment to apply.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (created, _, err) = as_alice(&by_alice(
+            "with-group",
+            "  principalGroups: [team-a-reviewers]\n",
+        ));
+        if created {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alice could not propose: {err}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_for(ns, "toolcall/with-group", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(ns, "toolcall/with-group", "{.status.result.outputPreview}"),
+        "from a reviewer\n"
+    );
+    // Without the group, no grant names alice.
+    let (created, _, err) = as_alice(&by_alice("without-group", ""));
+    assert!(created, "{err}");
+    wait_for(ns, "toolcall/without-group", "{.status.phase}", &["Denied"]);
+    // A group alice is not in is refused at admission.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (created, _, err) = as_alice(&by_alice(
+            "claimed-group",
+            "  principalGroups: [cluster-admins]\n",
+        ));
+        if !created {
+            assert!(
+                err.contains("spec.principalGroups may list only your own groups: cluster-admins"),
+                "{err}"
+            );
+            break;
+        }
+        ok(
+            &[
+                "delete",
+                "toolcall",
+                "claimed-group",
+                "-n",
+                ns,
+                "--wait=false",
+            ],
+            None,
+        );
+        assert!(Instant::now() < deadline, "a claimed group was accepted");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
