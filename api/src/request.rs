@@ -246,9 +246,11 @@ mod properties {
             }),
             ..Default::default()
         };
-        let spec = Proposal::validate(&caller, &req)
-            .expect("valid")
-            .into_spec(&caller, "test.echo".into(), None);
+        let spec = Proposal::validate(&caller, &req).expect("valid").into_spec(
+            &caller,
+            "test.echo".into(),
+            None,
+        );
         assert_eq!(spec.principal, "alice@example.com");
         assert_eq!(spec.principal_groups, vec!["team-a-reviewers".to_string()]);
     }

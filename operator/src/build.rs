@@ -601,6 +601,33 @@ mod tests {
         );
     }
 
+    /// The executor image (executor/Containerfile) runs what the pod says, as the pod's user.
+    #[test]
+    fn the_executor_image_matches_the_pod() {
+        let containerfile = include_str!("../../executor/Containerfile");
+        let p = pod(
+            &OWNER,
+            &PodInput {
+                image: "x",
+                policy: &policy(serde_json::json!({"egress": "none"})),
+                timeout_ms: 1000,
+                with_credential: false,
+                artifact_secret: None,
+                workspace_writable: false,
+            },
+        );
+        let command = p.spec.expect("spec").containers[0]
+            .command
+            .clone()
+            .expect("command");
+        assert!(
+            containerfile.contains(&format!("/usr/local/bin/{}\n", command[0])),
+            "the image installs {} on PATH",
+            command[0]
+        );
+        assert!(containerfile.contains(&format!("\nUSER {EXECUTOR_UID}:{EXECUTOR_UID}\n")));
+    }
+
     #[test]
     fn the_workspace_is_the_policys_claim_read_only_unless_written() {
         let mut with_claim = policy(serde_json::json!({"egress": "none"}));
