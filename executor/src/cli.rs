@@ -44,6 +44,13 @@ fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<
     let Some(rules) = &spec.confinement else {
         return Ok(());
     };
+    // A write root that does not exist yet (`coverage/`) is made, as the embedded runtime makes
+    // it before binding; never one inside a blocked path.
+    for root in &rules.write {
+        if !rules.blocked.iter().any(|b| root.starts_with(b)) {
+            let _ = std::fs::create_dir_all(root);
+        }
+    }
     let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
     rules.read.push(args.spec.clone());
     rules.read.push(credentials_dir.to_path_buf());

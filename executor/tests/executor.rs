@@ -792,6 +792,17 @@ fn confinement_refuses_blocked_paths_to_builtins_and_tools() {
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!format!("{:#} {out} {err}", r.result).contains("canary-confined"));
 
+    // A write root that does not exist yet is made before confinement, so the tool can use it.
+    let mut coverage = base_spec(
+        &dir.path().join("art"),
+        json!(["touch", ws.join("coverage/lcov.info")]),
+    );
+    coverage["call"]["name"] = json!("call-3");
+    coverage["confinement"] = json!({"read": [ws.display().to_string()], "write": [ws.join("coverage").display().to_string()], "blocked": [ws.join(".env").display().to_string()]});
+    let r = run_spec(dir.path(), &coverage);
+    assert_eq!(r.result["exitCode"], 0, "{:#}", r.result);
+    assert!(ws.join("coverage/lcov.info").is_file());
+
     // The executor's own files are not the tool's: it cannot rewrite an artifact or the spec.
     let art = dir.path().join("art");
     let stored = local_file(artifact(&r.result, "stdout"));
