@@ -205,11 +205,13 @@ pub fn page_size(req: &pb::ListCallsRequest) -> Result<usize, ApiError> {
 /// Whether a call passes a ListCalls request's filters.
 pub fn list_filter_matches(
     req: &pb::ListCallsRequest,
+    namespace: &str,
     phase: &str,
     tool: &str,
     principal: &str,
 ) -> bool {
-    (req.phase.is_empty() || phase == req.phase)
+    (req.namespace.is_empty() || namespace == req.namespace)
+        && (req.phase.is_empty() || phase == req.phase)
         && (req.tool.is_empty() || tool == req.tool)
         && (req.principal.is_empty() || principal == req.principal)
 }

@@ -235,6 +235,9 @@ pub enum ClientCommand {
     },
     /// List calls.
     List {
+        /// Only this namespace.
+        #[arg(long, short = 'n', default_value = "")]
+        namespace: String,
         /// Only this phase.
         #[arg(long, default_value = "")]
         phase: String,
@@ -358,10 +361,10 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            ClientCommand::List { phase, tool } => {
+            ClientCommand::List { namespace, phase, tool } => {
                 let mut token = String::new();
                 loop {
-                    let r = c.req(pb::ListCallsRequest { phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
+                    let r = c.req(pb::ListCallsRequest { namespace: namespace.clone(), phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
                     let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
                     for call in &page.calls {
                         outln!("{:<32} {:<22} {:<18} {:<16} {}", call.id, call.tool, call.phase, call.decision, call.principal);

@@ -651,6 +651,21 @@ async fn idempotency_keys_return_the_same_call() {
         .expect("list")
         .into_inner();
     assert_eq!(listed.calls.len(), 1, "exactly one call ran");
+    for (namespace, found) in [("team-a", 1), ("team-b", 0)] {
+        let listed = c
+            .list_calls(req(
+                AGENT,
+                pb::ListCallsRequest {
+                    namespace: namespace.into(),
+                    tool: "test.echo".into(),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .expect("list")
+            .into_inner();
+        assert_eq!(listed.calls.len(), found, "calls in {namespace}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

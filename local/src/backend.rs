@@ -89,6 +89,7 @@ impl Backend for Runtime {
                 (r.spec.principal == caller.name() || caller.approves_in(&r.namespace))
                     && toolgate_api::request::list_filter_matches(
                         &req,
+                        &r.namespace,
                         phase_name(r.status.phase),
                         &r.spec.tool_ref.name,
                         &r.spec.principal,

@@ -407,12 +407,14 @@ impl Backend for KubeBackend {
         req: pb::ListCallsRequest,
     ) -> Result<pb::ListCallsResponse, ApiError> {
         let size = toolgate_api::request::page_size(&req)?;
-        let calls = self
-            .scope
-            .api::<ToolCall>(&self.client)
-            .list(&ListParams::default())
-            .await
-            .map_err(internal)?;
+        // One namespace when asked: a namespaced LIST, not every call the operator can see.
+        let api = if req.namespace.is_empty() {
+            self.scope.api::<ToolCall>(&self.client)
+        } else {
+            self.in_scope(&req.namespace)?;
+            Api::<ToolCall>::namespaced(self.client.clone(), &req.namespace)
+        };
+        let calls = api.list(&ListParams::default()).await.map_err(internal)?;
         let mut readable: BTreeMap<String, bool> = BTreeMap::new();
         let mut out = Vec::new();
         let mut items = calls.items;
@@ -440,6 +442,7 @@ impl Backend for KubeBackend {
             let phase = phase_name(c.status.as_ref().and_then(|s| s.phase));
             if !toolgate_api::request::list_filter_matches(
                 &req,
+                &ns,
                 phase,
                 &c.spec.tool_ref.name,
                 &c.spec.principal,

@@ -1069,6 +1069,32 @@ fn the_agent_api_on_the_cluster() {
             listed.calls.len() >= 3,
             "a reviewer lists the namespace's calls"
         );
+        let scoped = api
+            .list_calls(req(
+                &reviewer,
+                pb::ListCallsRequest {
+                    namespace: ns.clone(),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .expect("list one namespace")
+            .into_inner();
+        assert_eq!(scoped.calls.len(), listed.calls.len());
+        let e = api
+            .list_calls(req(
+                &reviewer,
+                pb::ListCallsRequest {
+                    namespace: "kube-system".into(),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .expect_err("a namespace this operator does not serve");
+        assert_eq!(
+            toolgate_api::error::status_code_and_field(&e).0,
+            "namespace-not-served"
+        );
     });
 }
 
