@@ -26,12 +26,23 @@ const ABI_HANDLED: ABI = ABI::V5;
 
 pub use toolgate_core::exec::FsRules;
 
-/// Programs, libraries and configuration every process needs, read-only.
+/// Programs, libraries, configuration and devices every process needs, read-only.
 pub const SYSTEM_READ: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/dev",
 ];
-/// Devices and the private temporary folder.
-pub const SYSTEM_WRITE: &[&str] = &["/dev", "/tmp"];
+/// The devices a process writes to and the private temporary folder. Not all of `/dev`: in a
+/// pod `/dev/termination-log` is the executor's result, which the tool must not forge.
+pub const SYSTEM_WRITE: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/pts",
+    "/dev/shm",
+    "/tmp",
+];
 
 /// The rules plus what every process needs ([`SYSTEM_READ`], [`SYSTEM_WRITE`]).
 pub fn with_system(mut rules: FsRules) -> FsRules {

@@ -125,3 +125,22 @@ fn everything_not_granted_is_refused() {
     assert_eq!(err.matches("Permission denied").count(), 2, "{err}");
     assert_eq!(out.trim(), "10", "system files stay readable: {out} {err}");
 }
+
+#[test]
+fn devices_are_usable_but_not_every_file_in_dev() {
+    let dir = workspace();
+    let (code, out, err) = confined(
+        &rules(dir.path(), false),
+        "echo discarded > /dev/null && head -c 4 /dev/urandom | wc -c && ls /dev/null && echo via-stdout > /dev/stdout",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "4\n/dev/null\nvia-stdout\n");
+    // Creating or writing anything else under /dev (a pod's /dev/termination-log) is refused.
+    let (code, _, err) = confined(
+        &rules(dir.path(), false),
+        "echo forged > /dev/toolgate-forged-result",
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(!std::path::Path::new("/dev/toolgate-forged-result").exists());
+}
