@@ -110,8 +110,9 @@ pub struct FilesystemPolicy {
     #[serde(default)]
     #[schemars(length(max = 64), inner(length(min = 1, max = 4096)))]
     pub write_roots: Vec<String>,
-    /// Paths hidden even inside a root (`.git/config`, `.env`): refused by Landlock in both
-    /// runtimes, and covered by an empty file or folder in the embedded one.
+    /// Paths hidden even inside a root (`.git/config`, `.env`): covered by an empty file or
+    /// folder in the embedded runtime; refused (`Permission denied`) by the executor's Landlock
+    /// confinement in a pod, so block only what the tools need not read.
     #[serde(default)]
     #[schemars(length(max = 128), inner(length(min = 1, max = 4096)))]
     pub blocked_paths: Vec<String>,

@@ -14,7 +14,7 @@ use toolgate_api::ApiError;
 use toolgate_core::call_state::{
     RunTarget, Step, cannot_run, finished_steps, recheck_steps, run_target,
 };
-use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, exec_spec};
+use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, FsRules, exec_spec};
 use toolgate_core::redact::Redactor;
 use toolgate_crds::conditions::{
     CREDENTIALS_BOUND, FINISHED, SANDBOX_PREPARED, STARTED, STATE_UPDATED,
@@ -226,9 +226,14 @@ fn prepare(
             .take(policy.filesystem.write_roots.len())
             .map(|b| b.inside.display().to_string())
             .collect(),
-        // Landlock inside bubblewrap, when the kernel has it: a blocked path is then refused
-        // the same way as in a pod (bubblewrap alone covers it with an empty file).
-        confinement: toolgate_sandbox::confine::available().then_some(confinement),
+        // Landlock inside bubblewrap, when the kernel has it: the tool keeps to the policy's
+        // roots and loses the executor's own files. Blocked paths stay bubblewrap's: covered by
+        // an empty file or folder, so `git` (a blocked .git/config) and `grep -r` (a blocked
+        // .env) still work; in a pod, where nothing can cover them, Landlock refuses them.
+        confinement: toolgate_sandbox::confine::available().then_some(FsRules {
+            blocked: Vec::new(),
+            ..confinement
+        }),
     });
     let spec_path = run_dir.join("spec.json");
     let json =

@@ -164,7 +164,6 @@ impl Demo {
         let workspace = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("workspace");
         let w = workspace.path();
         std::fs::create_dir_all(w.join("src")).expect("src");
-        std::fs::create_dir_all(w.join(".git")).expect(".git");
         std::fs::write(w.join("src/serializer.ts"), SERIALIZER_TS).expect("ts");
         std::fs::write(
             w.join("src/serializer.test.ts"),
@@ -176,7 +175,27 @@ impl Demo {
             format!("DATABASE_PASSWORD={DOTENV_CANARY}\n"),
         )
         .expect(".env");
-        std::fs::write(w.join(".git/config"), "[core]\n").expect("config");
+        // A git repository, as a team's checkout is (git.diff reads it).
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.email=ci@example.com",
+                "-c",
+                "user.name=ci",
+                "commit",
+                "-qm",
+                "start",
+            ],
+        ] {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(w)
+                .status()
+                .expect("git");
+            assert!(status.success(), "git {args:?}");
+        }
         let pv = format!("ws-{ns}");
         ok(
             &["apply", "-f", "-"],
@@ -380,7 +399,29 @@ fn the_demo_through_kubectl() {
         "{effects}"
     );
 
+    // The change as git sees it, through the git tool's own policy (git must read its config).
+    propose(&agent_call(
+        ns,
+        "diff-serializer",
+        "git.diff",
+        "{path: src/serializer.ts}",
+        "inspect",
+    ));
+    wait_for(
+        ns,
+        "toolcall/diff-serializer",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    let diff = jsonpath(
+        ns,
+        "toolcall/diff-serializer",
+        "{.status.result.outputPreview}",
+    );
+    assert!(diff.contains("+  return d.toISOString();"), "{diff}");
+
     // 5. A destructive call on .git is refused before any pod exists.
+    let git_config = d.file(".git/config");
     propose(&agent_call(
         ns,
         "delete-git-config",
@@ -411,7 +452,7 @@ fn the_demo_through_kubectl() {
         .1,
         ""
     );
-    assert_eq!(d.file(".git/config"), "[core]\n");
+    assert_eq!(d.file(".git/config"), git_config);
 
     // 6. An external write (L4) waits for a human, who approves exactly what is shown.
     propose(&agent_call(

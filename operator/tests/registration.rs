@@ -116,7 +116,7 @@ fn descriptors_are_registered_in_status() {
         "PermissionLintFailed",
     );
     // Removing the sandbox policy it runs in disables git.diff through the watch on policies.
-    ok(&["delete", "sandboxpolicy", "read-only", "-n", &ns], None);
+    ok(&["delete", "sandboxpolicy", "git-read", "-n", &ns], None);
     eventually(
         &ns,
         "tooldescriptor/git.diff",
