@@ -355,4 +355,63 @@ mod tests {
         );
         assert!(g.is_empty());
     }
+
+    proptest::proptest! {
+        /// Whatever the tree and the blocked paths: nothing at or beneath a blocked path is
+        /// granted, every other path is reachable through a whole grant unless it leads to a
+        /// blocked path (then it is only listable), and only such ancestors are list-only.
+        #[test]
+        fn carving_never_grants_a_blocked_path_and_loses_nothing_else(
+            dirs in proptest::collection::btree_set("[ab]{1,2}(/[ab]{1,2}){0,2}", 0..12),
+            files in proptest::collection::btree_set("[ab]{1,2}(/[ab]{1,2}){0,2}/f", 0..8),
+            blocked_picks in proptest::collection::vec(0usize..40, 0..4),
+        ) {
+            let root = PathBuf::from("/w");
+            let mut t: BTreeMap<PathBuf, EntryKind> = BTreeMap::new();
+            t.insert(root.clone(), EntryKind::Dir);
+            for d in &dirs {
+                let mut p = root.clone();
+                for part in d.split('/') {
+                    p.push(part);
+                    t.entry(p.clone()).or_insert(EntryKind::Dir);
+                }
+            }
+            for f in &files {
+                let path = root.join(f);
+                if let Some(parent) = path.parent()
+                    && t.get(parent) == Some(&EntryKind::Dir)
+                    && !t.contains_key(&path)
+                {
+                    t.insert(path, EntryKind::Other);
+                }
+            }
+            let all: Vec<PathBuf> = t.keys().cloned().collect();
+            let blocked: Vec<PathBuf> = blocked_picks
+                .iter()
+                .map(|i| all[i % all.len()].clone())
+                .filter(|p| *p != root)
+                .collect();
+            let g = carve_with(
+                &t,
+                &FsRules { write: vec![root.clone()], blocked: blocked.clone(), ..Default::default() },
+            );
+            let under_blocked = |p: &Path| blocked.iter().any(|b| p.starts_with(b));
+            let leads_to_blocked = |p: &Path| blocked.iter().any(|b| b.starts_with(p) && b != p);
+            for (path, grant, _) in &g {
+                proptest::prop_assert!(!under_blocked(path), "granted {path:?} under {blocked:?}");
+                if *grant == Grant::List {
+                    proptest::prop_assert!(leads_to_blocked(path), "list-only {path:?}");
+                }
+            }
+            for p in &all {
+                if under_blocked(p) || leads_to_blocked(p) {
+                    continue;
+                }
+                proptest::prop_assert!(
+                    g.iter().any(|(q, grant, _)| *grant == Grant::Write && p.starts_with(q)),
+                    "{p:?} lost (blocked {blocked:?}, grants {g:?})"
+                );
+            }
+        }
+    }
 }
