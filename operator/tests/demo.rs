@@ -8,7 +8,6 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -88,48 +87,27 @@ fn start_tracker() -> (String, Requests) {
 /// The examples as a platform team would adapt them to this cluster: in the test's namespace,
 /// the workspace policies naming the claim, GitHub's API replaced by the local tracker.
 fn example_manifests(ns: &str, tracker: &str) -> String {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("examples/tools"))
-        .expect("tools")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    files.extend(
-        [
-            "grants.yaml",
-            "sandbox-policies.yaml",
-            "credential-bindings.yaml",
-        ]
-        .map(|f| root().join("examples").join(f)),
-    );
-    files
-        .iter()
-        .map(|f| std::fs::read_to_string(f).expect("example"))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-        .lines()
-        .map(|l| {
-            if l.starts_with("metadata:") {
-                l.replace("namespace: team-a", &format!("namespace: {ns}"))
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(
-            "    cwd: workspace\n",
-            "    cwd: workspace\n    workspaceClaimName: workspace\n",
-        )
-        .replace(
-            "https://api.github.com/repos/",
-            &format!("http://{tracker}/repos/"),
-        )
-        .replace(
-            "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
-            "allowDomains: [\"127.0.0.1\"]\n    denyPrivateNetworks: false",
-        )
-        .replace("  runtimeClassName: gvisor\n", "")
+    [
+        "examples/tools",
+        "examples/grants.yaml",
+        "examples/sandbox-policies.yaml",
+        "examples/credential-bindings.yaml",
+    ]
+    .map(|path| toolgate_testkit::manifests(path, ns))
+    .join("\n---\n")
+    .replace(
+        "    cwd: workspace\n",
+        "    cwd: workspace\n    workspaceClaimName: workspace\n",
+    )
+    .replace(
+        "https://api.github.com/repos/",
+        &format!("http://{tracker}/repos/"),
+    )
+    .replace(
+        "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
+        "allowDomains: [\"127.0.0.1\"]\n    denyPrivateNetworks: false",
+    )
+    .replace("  runtimeClassName: gvisor\n", "")
 }
 
 /// One namespace with the examples, a workspace volume, the operator and the node emulator.

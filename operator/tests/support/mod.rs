@@ -4,8 +4,10 @@
 
 pub mod node_emulator;
 
+#[allow(unused_imports, reason = "each suite uses a part")]
+pub use toolgate_testkit::{eventually, have_cluster, kubectl, ok, root};
+
 use std::io::Write;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -113,101 +115,10 @@ impl Drop for Operator {
     }
 }
 
-pub fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let kubectl = std::env::var_os("TOOLGATE_KUBECTL").expect("TOOLGATE_KUBECTL");
-    let mut child = Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(std::env::var_os("TOOLGATE_KUBECONFIG").expect("TOOLGATE_KUBECONFIG"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    if let (Some(t), Some(mut p)) = (stdin, child.stdin.take()) {
-        p.write_all(t.as_bytes()).expect("stdin");
-    }
-    let out = child.wait_with_output().expect("kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-pub fn ok(args: &[&str], stdin: Option<&str>) -> String {
-    let (success, out, err) = kubectl(args, stdin);
-    assert!(success, "kubectl {args:?}: {err}");
-    out
-}
-
-/// Poll a jsonpath until it equals `want`.
-pub fn eventually(ns: &str, object: &str, jsonpath: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        last = kubectl(
-            &[
-                "get",
-                object,
-                "-n",
-                ns,
-                "-o",
-                &format!("jsonpath={jsonpath}"),
-            ],
-            None,
-        )
-        .1;
-        if last == want {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    panic!("{object} {jsonpath}: expected {want:?}, last saw {last:?}");
-}
-
-/// Whether a real API server is there; in CI its absence is a failure, never a skip.
-pub fn have_cluster() -> bool {
-    if std::env::var_os("TOOLGATE_KUBECONFIG").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no API server: CI runs this suite through tests/run.sh"
-    );
-    eprintln!("skipping: run tests/run.sh to start a real kube-apiserver");
-    false
-}
-
 /// CRDs and the operator's ClusterRole installed, and a fresh namespace.
 pub fn prepare(prefix: &str) -> String {
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=toolgate-tests",
-            "-f",
-            &root().join("crds/generated").display().to_string(),
-        ],
-        None,
-    );
+    let ns = toolgate_testkit::namespace(prefix);
     ok(&["apply", "-f", "-"], Some(&operator_rbac()));
-    let ns = format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0)
-    );
-    ok(&["create", "namespace", &ns], None);
     ns
 }
 
@@ -321,6 +232,9 @@ pub fn apply_agent_access(ns: &str) {
     ok(
         &[
             "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=toolgate-tests",
             "-f",
             &root()
                 .join("crds/admission/identity.yaml")
