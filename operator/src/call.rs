@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -558,6 +558,27 @@ async fn start(
             return Ok(Action::await_change());
         }
     };
+    // A pod whose claim does not exist would stay Pending, and the call Running, forever.
+    if let Some(claim) = &policy.filesystem.workspace_claim_name
+        && Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
+            .get_opt(claim)
+            .await?
+            .is_none()
+    {
+        ctx.record(
+            call,
+            &mut status,
+            &fail(
+                SANDBOX_PREPARED,
+                "WorkspaceClaimMissing",
+                format!(
+                    "SandboxPolicy {policy_name}: its workspace PersistentVolumeClaim {claim} does not exist in {ns}"
+                ),
+            ),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
     let spec = exec_spec(ExecInput {
         call: CallIdentity {
             namespace: ns.into(),

@@ -1233,3 +1233,58 @@ fn grants_to_a_group_match_the_callers_groups() {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// A policy naming a workspace claim that does not exist fails the call before any pod: the pod
+/// would stay Pending and the call Running forever.
+#[test]
+fn a_missing_workspace_claim_fails_the_call_without_a_pod() {
+    let Some(c) = cluster("tg-noclaim") else {
+        return;
+    };
+    let ns = c.ns.as_str();
+    let policy = std::fs::read_to_string(root().join("examples/sandbox-policies.yaml"))
+        .expect("policies")
+        .split("\n---\n")
+        .find(|d| d.contains("name: read-only,"))
+        .expect("read-only policy")
+        .replace(
+            "name: read-only, namespace: team-a",
+            &format!("name: on-claim, namespace: {ns}"),
+        )
+        .replace(
+            "    cwd: workspace\n",
+            "    cwd: workspace\n    workspaceClaimName: nowhere\n",
+        );
+    let tool = tool(ns, "test.onclaim", "[echo, \"{{msg}}\"]", "never", None).replace(
+        "sandboxPolicyRef: {name: read-only}",
+        "sandboxPolicyRef: {name: on-claim}",
+    );
+    let grant = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: onclaim, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: {ns}}}]\n  tools: {{names: [test.onclaim]}}\n  scopes: [\"workspace:read\"]\n"
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!("{policy}\n---\n{tool}\n---\n{grant}")),
+    );
+    support::eventually(
+        ns,
+        "tooldescriptor/test.onclaim",
+        "{.status.lifecycle}",
+        "enabled",
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "onclaim-1", "test.onclaim", "{msg: hi}", ns)),
+    );
+    wait_for(ns, "toolcall/onclaim-1", "{.status.phase}", &["Failed"]);
+    let message = jsonpath(
+        ns,
+        "toolcall/onclaim-1",
+        "{.status.conditions[?(@.type==\"SandboxPrepared\")].message}",
+    );
+    assert!(
+        message.contains("PersistentVolumeClaim nowhere does not exist"),
+        "{message}"
+    );
+    assert_eq!(children(ns, "onclaim-1"), "");
+}
