@@ -1,11 +1,12 @@
 //! Readiness of SandboxPolicies and CredentialBindings: a `Ready` condition that says whether a
-//! call could use the object now (its RuntimeClass exists; its credential can be brokered), so a
-//! platform team sees a broken policy before an agent's call fails on it.
+//! call could use the object now (its RuntimeClass and workspace claim exist; its credential can
+//! be brokered), so a platform team sees a broken policy before an agent's call fails on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -117,6 +118,25 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
             ),
         ),
     };
+    // The workspace claim must exist, or every call under this policy fails before its pod.
+    let (ok, reason, message) = match &p.spec.filesystem.workspace_claim_name {
+        Some(claim)
+            if ok
+                && Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(claim)
+                    .await?
+                    .is_none() =>
+        {
+            (
+                false,
+                "WorkspaceClaimMissing",
+                format!(
+                    "filesystem.workspaceClaimName: PersistentVolumeClaim {claim} does not exist in {ns}; calls using this policy cannot start"
+                ),
+            )
+        }
+        _ => (ok, reason, message),
+    };
     let condition = ready(&previous, ok, reason, message, generation);
     if previous.first().map(|c| (&c.reason, &c.message, c.status))
         != Some((&condition.reason, &condition.message, condition.status))
@@ -130,8 +150,12 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
         )
         .await?;
     }
-    // RuntimeClasses are not watched; look again now and then.
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // RuntimeClasses and claims are not watched; look again now and then (soon while missing).
+    Ok(Action::requeue(Duration::from_secs(if ok {
+        300
+    } else {
+        30
+    })))
 }
 
 async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -1272,6 +1272,13 @@ fn a_missing_workspace_claim_fails_the_call_without_a_pod() {
         "{.status.lifecycle}",
         "enabled",
     );
+    // The policy says so before any call does.
+    support::eventually(
+        ns,
+        "sandboxpolicy/on-claim",
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        "WorkspaceClaimMissing",
+    );
     ok(
         &["apply", "-f", "-"],
         Some(&call(ns, "onclaim-1", "test.onclaim", "{msg: hi}", ns)),
