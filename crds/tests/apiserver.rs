@@ -3,7 +3,10 @@
 //! `kubectl explain` read well, and the schema and CEL rules reject what they must with the
 //! message a user understands. In CI the suite never skips: no API server is a failure.
 
-use toolgate_testkit::{have_cluster, kubectl, manifests, namespace, ok, refused_eventually, root};
+use toolgate_testkit::{
+    apply_admission_policies, have_cluster, kubectl, manifests, namespace, ok, refused_eventually,
+    root,
+};
 
 #[test]
 fn the_crds_install_and_the_examples_apply() {
@@ -216,20 +219,7 @@ fn admission_binds_identities_and_rbac_keeps_agents_from_approving() {
         return;
     }
     let ns = namespace("tg-identity");
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=toolgate-tests",
-            "-f",
-            &root()
-                .join("crds/admission/identity.yaml")
-                .display()
-                .to_string(),
-        ],
-        None,
-    );
+    apply_admission_policies();
     let rbac = format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: agent, namespace: {ns}}}\nrules:\n- {{apiGroups: [toolgate.dev], resources: [toolcalls], verbs: [create, get, list, watch]}}\n---\n\
 apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: agent, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: agent}}\nsubjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n---\n\

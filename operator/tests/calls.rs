@@ -135,17 +135,8 @@ fn cluster_with(prefix: &str, extra: &[&str]) -> Option<Cluster> {
         .join("\n---\n")
         .replace("namespace: team-a", &format!("namespace: {ns}"));
     ok(&["apply", "-f", "-"], Some(&yaml));
-    let secrets = tempfile::tempdir().expect("secrets");
-    let path = secrets.path().join("secrets.yaml");
-    std::fs::write(
-        &path,
-        format!("secret/team-a/github-issues-bot: {{token: {CANARY}}}\n"),
-    )
-    .expect("secrets");
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .expect("chmod");
+    let (secrets, secrets_arg) = support::secrets_file(CANARY);
     let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
-    let secrets_arg = path.display().to_string();
     let mut args = vec![
         "--secrets",
         secrets_arg.as_str(),

@@ -189,16 +189,7 @@ impl Demo {
             Some(&example_manifests(&ns, &tracker_addr)),
         );
         support::apply_agent_access(&ns);
-        let secrets = tempfile::tempdir().expect("secrets");
-        let path = secrets.path().join("secrets.yaml");
-        std::fs::write(
-            &path,
-            format!("secret/team-a/github-issues-bot: {{token: {TOKEN_CANARY}}}\n"),
-        )
-        .expect("secrets");
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .expect("chmod");
-        let secrets_arg = path.display().to_string();
+        let (secrets, secrets_arg) = support::secrets_file(TOKEN_CANARY);
         let mut args = vec!["--secrets", secrets_arg.as_str()];
         args.extend_from_slice(extra);
         let operator = start_operator(&ns, &args);

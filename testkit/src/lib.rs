@@ -126,6 +126,25 @@ pub fn install_crds() {
     }
 }
 
+/// The admission policies of `crds/admission/identity.yaml`, applied server-side by every suite
+/// with the same field manager.
+pub fn apply_admission_policies() {
+    ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=toolgate-tests",
+            "-f",
+            &root()
+                .join("crds/admission/identity.yaml")
+                .display()
+                .to_string(),
+        ],
+        None,
+    );
+}
+
 /// The CRDs installed and a fresh namespace `<prefix>-<random>`.
 pub fn namespace(prefix: &str) -> String {
     install_crds();

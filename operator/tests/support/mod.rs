@@ -70,6 +70,21 @@ pub fn operator_rbac() -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: toolgate-system}}\n---\n{rendered}")
 }
 
+/// A secrets file for the operator's file broker (`--secrets`), mode 600, holding `token` for
+/// the example CredentialBinding github-issues-bot. Dropping the folder removes it.
+pub fn secrets_file(token: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("secrets");
+    let path = dir.path().join("secrets.yaml");
+    std::fs::write(
+        &path,
+        format!("secret/team-a/github-issues-bot: {{token: {token}}}\n"),
+    )
+    .expect("secrets");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    (dir, path.display().to_string())
+}
+
 /// A running operator process; killed (SIGKILL) when dropped.
 pub struct Operator {
     /// The process.
@@ -229,20 +244,7 @@ pub fn token_of(user: &str) -> String {
 /// RBAC (operator/deploy/agent-rbac.example.yaml) applied to `ns`; the agent's identity stays
 /// system:serviceaccount:team-a:fixer (tests/cluster/up.sh).
 pub fn apply_agent_access(ns: &str) {
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=toolgate-tests",
-            "-f",
-            &root()
-                .join("crds/admission/identity.yaml")
-                .display()
-                .to_string(),
-        ],
-        None,
-    );
+    toolgate_testkit::apply_admission_policies();
     let rbac = std::fs::read_to_string(root().join("operator/deploy/agent-rbac.example.yaml"))
         .expect("rbac")
         .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
