@@ -208,6 +208,18 @@ pub struct Trace {
     pub sandbox_json: String,
 }
 
+/// The view an explanation shows: what the model could see for the call's own intent.
+pub fn explanation_view_request(namespace: &str, spec: &ToolCallSpec) -> pb::GetToolViewRequest {
+    pb::GetToolViewRequest {
+        namespace: namespace.to_string(),
+        intent: format!("{} {}", spec.intent.user_goal, spec.intent.current_task),
+        format: pb::ViewFormat::Canonical as i32,
+        max_tools: 8,
+        action_type: String::new(),
+        explain: true,
+    }
+}
+
 /// An Explanation: the call and its trace; the sandbox policy, credential binding (by name),
 /// observed effects and verifier come from the status.
 pub fn explanation(call: pb::Call, status: &ToolCallStatus, trace: Trace) -> pb::Explanation {

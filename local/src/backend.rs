@@ -200,17 +200,7 @@ impl Backend for Runtime {
         let view = self.view_for(
             &rec.namespace,
             &principal,
-            &pb::GetToolViewRequest {
-                namespace: rec.namespace.clone(),
-                intent: format!(
-                    "{} {}",
-                    rec.spec.intent.user_goal, rec.spec.intent.current_task
-                ),
-                format: pb::ViewFormat::Canonical as i32,
-                max_tools: 8,
-                action_type: String::new(),
-                explain: true,
-            },
+            &toolgate_api::convert::explanation_view_request(&rec.namespace, &rec.spec),
         )?;
         Ok(toolgate_api::convert::explanation(
             call_message(&rec),

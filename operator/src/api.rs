@@ -585,17 +585,7 @@ impl Backend for KubeBackend {
             &cluster.registry,
             &ns,
             &principal,
-            &pb::GetToolViewRequest {
-                namespace: ns.clone(),
-                intent: format!(
-                    "{} {}",
-                    call.spec.intent.user_goal, call.spec.intent.current_task
-                ),
-                format: pb::ViewFormat::Canonical as i32,
-                max_tools: 8,
-                action_type: String::new(),
-                explain: true,
-            },
+            &toolgate_api::convert::explanation_view_request(&ns, &call.spec),
         )?;
         let approval = status
             .authorization

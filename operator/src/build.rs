@@ -572,18 +572,23 @@ mod tests {
         );
     }
 
+    /// A pod of `policy` without credential or artifact store keys.
+    fn plain(policy: &SandboxPolicySpec, workspace_writable: bool) -> PodInput<'_> {
+        PodInput {
+            image: "x",
+            policy,
+            timeout_ms: 1000,
+            with_credential: false,
+            artifact_secret: None,
+            workspace_writable,
+        }
+    }
+
     #[test]
     fn a_pod_without_a_credential_mounts_none() {
         let p = pod(
             &OWNER,
-            &PodInput {
-                image: "x",
-                policy: &policy(serde_json::json!({"egress": "none"})),
-                timeout_ms: 1000,
-                with_credential: false,
-                artifact_secret: None,
-                workspace_writable: false,
-            },
+            &plain(&policy(serde_json::json!({"egress": "none"})), false),
         );
         let spec = p.spec.expect("spec");
         assert!(
@@ -607,14 +612,7 @@ mod tests {
         let containerfile = include_str!("../../executor/Containerfile");
         let p = pod(
             &OWNER,
-            &PodInput {
-                image: "x",
-                policy: &policy(serde_json::json!({"egress": "none"})),
-                timeout_ms: 1000,
-                with_credential: false,
-                artifact_secret: None,
-                workspace_writable: false,
-            },
+            &plain(&policy(serde_json::json!({"egress": "none"})), false),
         );
         let command = p.spec.expect("spec").containers[0]
             .command
@@ -637,17 +635,7 @@ mod tests {
                 (&with_claim, Some("team-a-repo")),
                 (&policy(serde_json::json!({"egress": "none"})), None),
             ] {
-                let built = pod(
-                    &OWNER,
-                    &PodInput {
-                        image: "x",
-                        policy: p,
-                        timeout_ms: 1000,
-                        with_credential: false,
-                        artifact_secret: None,
-                        workspace_writable: writable,
-                    },
-                );
+                let built = pod(&OWNER, &plain(p, writable));
                 let spec = built.spec.expect("spec");
                 let volume = spec
                     .volumes

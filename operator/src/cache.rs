@@ -22,6 +22,12 @@ use crate::scope::Scope;
 /// Events a subscriber may lag behind before the cache waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// A shared reflector store gave no subscription: the kube-runtime in use changed how shared
+/// stores work.
+#[derive(Debug, thiserror::Error)]
+#[error("kube-runtime gave no subscription to a shared reflector store")]
+pub struct NoSubscription;
+
 /// Readers of the shared caches.
 #[derive(Clone)]
 pub struct PolicyCache {
@@ -62,17 +68,13 @@ fn fill<K>(
 
 impl PolicyCache {
     /// Start the watches (within `scope`) that fill the caches.
-    pub fn start(client: &Client, scope: &Scope) -> (Self, Subscriptions) {
+    pub fn start(client: &Client, scope: &Scope) -> Result<(Self, Subscriptions), NoSubscription> {
         let cfg = watcher::Config::default;
         let (descriptors, d_writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
         let (approvals, a_writer) = reflector::store_shared(SUBSCRIBER_BUFFER);
         let subscriptions = Subscriptions {
-            descriptors: d_writer
-                .subscribe()
-                .expect("a shared store has subscribers"),
-            approvals: a_writer
-                .subscribe()
-                .expect("a shared store has subscribers"),
+            descriptors: d_writer.subscribe().ok_or(NoSubscription)?,
+            approvals: a_writer.subscribe().ok_or(NoSubscription)?,
         };
         fill(
             watcher(scope.api::<ToolDescriptor>(client), cfg()),
@@ -88,7 +90,7 @@ impl PolicyCache {
             watcher(scope.api::<CredentialBinding>(client), cfg()),
             b_writer,
         );
-        (
+        Ok((
             Self {
                 descriptors,
                 grants,
@@ -97,7 +99,7 @@ impl PolicyCache {
                 approvals,
             },
             subscriptions,
-        )
+        ))
     }
 
     /// Wait until every cache has listed once.

@@ -131,29 +131,29 @@ pub(crate) struct Namespace {
     pub(crate) approvals: Vec<ToolApproval>,
 }
 
+/// Every object of a kind in the namespace, from the API server.
+async fn list_all<K>(client: &Client, ns: &str) -> Result<Vec<K>, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
+
+/// The namespace's policy objects read fresh from the API server (the caches' fallback).
 pub(crate) async fn dereference(client: &Client, ns: &str, call: &str) -> Result<Namespace, Error> {
-    let lp = ListParams::default();
     Ok(Namespace::assemble(
-        Api::<ToolDescriptor>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items,
-        Api::<ToolGrant>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items,
-        Api::<SandboxPolicy>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items,
-        Api::<CredentialBinding>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items,
-        Api::<ToolApproval>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items,
+        list_all(client, ns).await?,
+        list_all(client, ns).await?,
+        list_all(client, ns).await?,
+        list_all(client, ns).await?,
+        list_all(client, ns).await?,
         call,
     ))
 }

@@ -173,7 +173,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
         // Shared by the agent API (also on standby replicas) and the ToolCall controller.
-        let (cache, subscriptions) = cache::PolicyCache::start(&client, &scope);
+        let (cache, subscriptions) = match cache::PolicyCache::start(&client, &scope) {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!("toolgate-operator: {e}");
+                return ExitCode::from(1);
+            }
+        };
         let metrics = std::sync::Arc::new(ops::Metrics::default());
         let health = std::sync::Arc::new(ops::Health::default());
         tokio::spawn(ops::serve(args.health_addr, metrics.clone(), health.clone()));

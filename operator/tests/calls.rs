@@ -857,24 +857,7 @@ fn the_agent_api_on_the_cluster() {
             .expect("again")
             .into_inner();
         assert_eq!(again.id, call.id, "the idempotency key names the same call");
-        let mut events = api
-            .watch_call(req(
-                &agent,
-                pb::WatchCallRequest {
-                    id: call.id.clone(),
-                },
-            ))
-            .await
-            .expect("watch")
-            .into_inner();
-        let mut kinds = Vec::new();
-        while let Some(e) = events.next().await {
-            let e = e.expect("event");
-            kinds.push(e.r#type.clone());
-            if e.terminal {
-                break;
-            }
-        }
+        let kinds = support::watch_to_end(&mut api, &agent, &call.id).await;
         assert_eq!(kinds.first().map(String::as_str), Some("ToolCallRequested"));
         assert_eq!(kinds.last().map(String::as_str), Some("StateUpdated"));
         let done = api

@@ -11,7 +11,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use support::node_emulator::{self, NodeConfig};
 use support::{
     authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root,
@@ -496,6 +495,44 @@ fn the_demo_through_kubectl() {
     assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
 }
 
+/// The agent's intent in the gRPC run.
+const INTENT: &str =
+    "fix the failing serializer test: read the code, search for formatDate, patch it";
+/// Phases in which a call has ended.
+const ENDED: &[&str] = &["Succeeded", "Failed"];
+
+/// Propose a call as the agent over gRPC and wait until it is in one of `phases`.
+async fn run(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    agent: &str,
+    ns: &str,
+    tool: &str,
+    args: serde_json::Value,
+    action: &str,
+    phases: &[&str],
+) -> pb::Call {
+    let proposal = pb::ProposeCallRequest {
+        namespace: ns.into(),
+        tool: tool.into(),
+        args_json: args.to_string(),
+        intent: Some(pb::Intent {
+            user_goal: "fix the failing serializer test".into(),
+            current_task: format!("{action} with {tool}"),
+            action_type: action.into(),
+            rationale_summary: "the demo scenario".into(),
+            evidence_refs: vec![],
+        }),
+        session_id: "sess-demo".into(),
+        ..Default::default()
+    };
+    let call = api
+        .propose_call(req(agent, proposal))
+        .await
+        .unwrap_or_else(|e| panic!("proposing {tool}: {e}"))
+        .into_inner();
+    wait_call(api, agent, &call.id, phases).await
+}
+
 #[test]
 fn the_demo_through_grpc() {
     let port = support::free_port();
@@ -512,28 +549,13 @@ fn the_demo_through_grpc() {
     let mut shown = String::new();
     rt.block_on(async {
         let mut api = support::grpc_client(&grpc).await;
-        let proposal = |tool: &str, args: serde_json::Value, action: &str| pb::ProposeCallRequest {
-            namespace: ns.clone(),
-            tool: tool.into(),
-            args_json: args.to_string(),
-            intent: Some(pb::Intent {
-                user_goal: "fix the failing serializer test".into(),
-                current_task: format!("{action} with {tool}"),
-                action_type: action.into(),
-                rationale_summary: "the demo scenario".into(),
-                evidence_refs: vec![],
-            }),
-            session_id: "sess-demo".into(),
-            ..Default::default()
-        };
-
         // 1. The tool view for the intent.
         let view = api
             .get_tool_view(req(
                 &agent,
                 pb::GetToolViewRequest {
                     namespace: ns.clone(),
-                    intent: "fix the failing serializer test: read the code, search for formatDate, patch it".into(),
+                    intent: INTENT.into(),
                     format: pb::ViewFormat::Openai as i32,
                     max_tools: 5,
                     action_type: String::new(),
@@ -548,52 +570,60 @@ fn the_demo_through_grpc() {
         }
 
         // 2. Read, 3. search, 4. fix: each a pod on the cluster, the workspace volume mounted.
-        let read = api
-            .propose_call(req(&agent, proposal("file.read", serde_json::json!({"path": "src/serializer.ts"}), "read")))
-            .await
-            .expect("read")
-            .into_inner();
-        let read = wait_call(&mut api, &agent, &read.id, &["Succeeded", "Failed"]).await;
+        let path = serde_json::json!({"path": "src/serializer.ts"});
+        let read = run(&mut api, &agent, &ns, "file.read", path, "read", ENDED).await;
         assert_eq!(read.phase, "Succeeded", "{read:?}");
         assert!(read.output_preview.contains("BUG: local time"), "{read:?}");
-        let dotenv = api
-            .propose_call(req(&agent, proposal("file.read", serde_json::json!({"path": ".env"}), "read")))
-            .await
-            .expect("read .env")
-            .into_inner();
-        let dotenv = wait_call(&mut api, &agent, &dotenv.id, &["Succeeded", "Failed"]).await;
+        let path = serde_json::json!({"path": ".env"});
+        let dotenv = run(&mut api, &agent, &ns, "file.read", path, "read", ENDED).await;
         assert_eq!(dotenv.phase, "Failed", "{dotenv:?}");
-        let search = api
-            .propose_call(req(&agent, proposal("code.search", serde_json::json!({"text": "formatDate", "path": "src"}), "search")))
-            .await
-            .expect("search")
-            .into_inner();
-        let search = wait_call(&mut api, &agent, &search.id, &["Succeeded", "Failed"]).await;
-        assert!(search.output_preview.contains("src/serializer.ts:1:"), "{search:?}");
-        let fix = api
-            .propose_call(req(&agent, proposal("file.write", serde_json::json!({"path": "src/serializer.ts", "content": FIXED}), "write")))
-            .await
-            .expect("fix")
-            .into_inner();
-        let fix = wait_call(&mut api, &agent, &fix.id, &["Succeeded", "Failed"]).await;
+        let text = serde_json::json!({"text": "formatDate", "path": "src"});
+        let search = run(&mut api, &agent, &ns, "code.search", text, "search", ENDED).await;
+        assert!(
+            search.output_preview.contains("src/serializer.ts:1:"),
+            "{search:?}"
+        );
+        let content = serde_json::json!({"path": "src/serializer.ts", "content": FIXED});
+        let fix = run(&mut api, &agent, &ns, "file.write", content, "write", ENDED).await;
         assert_eq!(fix.phase, "Succeeded", "{fix:?}");
 
         // 5. Refused: a destructive call on .git.
-        let delete = api
-            .propose_call(req(&agent, proposal("file.delete", serde_json::json!({"path": ".git/config"}), "delete")))
-            .await
-            .expect("delete is recorded")
-            .into_inner();
-        let delete = wait_call(&mut api, &agent, &delete.id, &["Failed", "Denied"]).await;
-        assert!(delete.conditions.iter().any(|c| c.status == "False"), "{delete:?}");
+        let path = serde_json::json!({"path": ".git/config"});
+        let refused = &["Failed", "Denied"];
+        let delete = run(
+            &mut api,
+            &agent,
+            &ns,
+            "file.delete",
+            path,
+            "delete",
+            refused,
+        )
+        .await;
+        assert!(
+            delete.conditions.iter().any(|c| c.status == "False"),
+            "{delete:?}"
+        );
 
         // 6. The issue waits for alice; the agent cannot approve it itself.
-        let issue = api
-            .propose_call(req(&agent, proposal("github.create-issue", serde_json::json!({"owner": "acme", "repo": "web-app", "title": "serializer.test.ts fails across time zones", "body": "formatDate used local time; fixed in the same session."}), "external_send")))
-            .await
-            .expect("issue")
-            .into_inner();
-        let waiting = wait_call(&mut api, &reviewer, &issue.id, &["AwaitingApproval"]).await;
+        let issue = serde_json::json!({
+            "owner": "acme",
+            "repo": "web-app",
+            "title": "serializer.test.ts fails across time zones",
+            "body": "formatDate used local time; fixed in the same session.",
+        });
+        let waits = &["AwaitingApproval"];
+        let waiting = run(
+            &mut api,
+            &agent,
+            &ns,
+            "github.create-issue",
+            issue,
+            "external_send",
+            waits,
+        )
+        .await;
+        let issue = waiting.clone();
         let approve = pb::ApproveCallRequest {
             id: waiting.id.clone(),
             args_digest: waiting.args_digest.clone(),
@@ -602,32 +632,35 @@ fn the_demo_through_grpc() {
             ttl_seconds: 600,
             comment: "fine to file".into(),
         };
-        let e = api.approve_call(req(&agent, approve.clone())).await.expect_err("self-approval");
-        assert_eq!(toolgate_api::error::status_code_and_field(&e).0, "approval-self");
-        api.approve_call(req(&reviewer, approve)).await.expect("approved");
-        let mut events = api
-            .watch_call(req(&agent, pb::WatchCallRequest { id: issue.id.clone() }))
+        let e = api
+            .approve_call(req(&agent, approve.clone()))
             .await
-            .expect("watch")
-            .into_inner();
-        let mut kinds = Vec::new();
-        while let Some(e) = events.next().await {
-            let e = e.expect("event");
-            kinds.push(e.r#type.clone());
-            if e.terminal {
-                break;
-            }
-        }
+            .expect_err("self-approval");
+        assert_eq!(
+            toolgate_api::error::status_code_and_field(&e).0,
+            "approval-self"
+        );
+        api.approve_call(req(&reviewer, approve))
+            .await
+            .expect("approved");
+        let kinds = support::watch_to_end(&mut api, &agent, &issue.id).await;
         assert!(kinds.iter().any(|k| k == "ApprovalGranted"), "{kinds:?}");
         let done = wait_call(&mut api, &agent, &issue.id, &["Succeeded", "Failed"]).await;
         assert_eq!(done.phase, "Succeeded", "{done:?}");
         let x = api
-            .explain_call(req(&reviewer, pb::ExplainCallRequest { id: issue.id.clone() }))
+            .explain_call(req(
+                &reviewer,
+                pb::ExplainCallRequest {
+                    id: issue.id.clone(),
+                },
+            ))
             .await
             .expect("explain")
             .into_inner();
         assert_eq!(x.approver, "alice@example.com");
-        shown = format!("{view:?} {read:?} {dotenv:?} {search:?} {fix:?} {delete:?} {done:?} {x:?} {kinds:?}");
+        shown = format!(
+            "{view:?} {read:?} {dotenv:?} {search:?} {fix:?} {delete:?} {done:?} {x:?} {kinds:?}"
+        );
     });
     assert_eq!(d.file("src/serializer.ts"), FIXED);
     let filed = d.tracker.lock().expect("lock").clone();

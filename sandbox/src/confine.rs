@@ -175,13 +175,16 @@ fn list_on_disk(path: &Path) -> Vec<PathBuf> {
     entries
 }
 
-/// Whether this kernel enforces Landlock (ABI 1 or newer).
+/// Whether this kernel enforces Landlock (ABI 1 or newer); probed once per process.
 pub fn available() -> bool {
-    Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(ABI::V1))
-        .and_then(|r| r.create())
-        .is_ok()
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .and_then(|r| r.create())
+            .is_ok()
+    })
 }
 
 /// A ruleset built in advance, so that applying it (in a child between fork and exec) is two

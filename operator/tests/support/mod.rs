@@ -215,6 +215,32 @@ pub async fn wait_call(
     }
 }
 
+/// Follow WatchCall to the call's end: the event types in order.
+pub async fn watch_to_end(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    token: &str,
+    id: &str,
+) -> Vec<String> {
+    use futures::StreamExt;
+    let mut events = api
+        .watch_call(authorized(
+            token,
+            toolgate_proto::v1::WatchCallRequest { id: id.into() },
+        ))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut kinds = Vec::new();
+    while let Some(e) = events.next().await {
+        let e = e.expect("event");
+        kinds.push(e.r#type.clone());
+        if e.terminal {
+            break;
+        }
+    }
+    kinds
+}
+
 /// Print the namespace's objects and the operator's log (a failing test's evidence).
 pub fn dump(ns: &str, kinds: &str) {
     eprintln!(
