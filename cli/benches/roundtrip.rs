@@ -115,6 +115,7 @@ fn main() {
         &toolgate_sandbox::plan::Context {
             workspace: &ws,
             env: &[("PATH".into(), "/usr/bin:/bin".into())],
+            private: &[],
             timeout_ms: None,
             executor_is_the_only_client: false,
         },

@@ -102,12 +102,45 @@ pub fn arguments(
     for b in &plan.writable {
         push(&[&"--bind-try", &b.host, &b.inside]);
     }
+    // Blocked wins over every root: each hidden path is covered after the roots are bound, an
+    // existing folder by an empty tmpfs, anything else by the empty read-only file. A hidden path
+    // that does not exist is covered too where the sandbox could create it (bubblewrap makes the
+    // mount point, [`crate::spawn::prepare`] already made it and removes it afterwards), so a
+    // tool cannot create a blocked `.npmrc`. The runtime's own files come after the covers, so
+    // they stay visible inside a hidden data folder; the covering tmpfs turns read-only last.
+    //
+    // A cover moves with its folder: a tool could rename `sub/` away and create a new
+    // `sub/.env`. So every folder between a write root and a hidden path in it is bound onto
+    // itself first; a mount point cannot be renamed or removed (EBUSY).
+    let mut pinned: Vec<&Path> = Vec::new();
     for inside in &plan.hidden {
-        match kind(&host_behind(plan, inside)) {
-            Kind::Dir => push(&[&"--tmpfs", inside, &"--remount-ro", inside]),
+        for dir in plan.pinned_ancestors(inside) {
+            if !pinned.contains(&dir) && kind(&plan.host_behind(dir)) == Kind::Dir {
+                push(&[&"--bind", &plan.host_behind(dir), &dir]);
+                pinned.push(dir);
+            }
+        }
+    }
+    let mut covered_dirs = Vec::new();
+    for inside in &plan.hidden {
+        match kind(&plan.host_behind(inside)) {
+            Kind::Dir => {
+                push(&[&"--tmpfs", inside]);
+                covered_dirs.push(inside);
+            }
             Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind", &empty_file, inside]),
+            Kind::Missing if plan.creatable(inside) => {
+                push(&[&"--ro-bind", &empty_file, inside]);
+            }
             Kind::Missing => {}
         }
+    }
+    for b in &plan.runtime {
+        let flag = if b.writable { "--bind" } else { "--ro-bind" };
+        push(&[&flag, &b.path, &b.path]);
+    }
+    for inside in covered_dirs {
+        push(&[&"--remount-ro", inside]);
     }
     push(&[&"--chdir", &plan.cwd]);
     for (k, v) in &plan.env {
@@ -117,21 +150,6 @@ pub fn arguments(
         push(&[&"--add-seccomp-fd", &fd.to_string()]);
     }
     a
-}
-
-/// The host path a path inside the sandbox comes from (the deepest bind containing it).
-pub fn host_behind(plan: &SandboxPlan, inside: &Path) -> PathBuf {
-    plan.read_only
-        .iter()
-        .chain(&plan.writable)
-        .filter_map(|b| {
-            inside
-                .strip_prefix(&b.inside)
-                .ok()
-                .map(|rest| (b.inside.components().count(), b.host.join(rest)))
-        })
-        .max_by_key(|(depth, _)| *depth)
-        .map_or_else(|| inside.to_path_buf(), |(_, host)| host)
 }
 
 #[cfg(test)]
@@ -150,7 +168,16 @@ mod tests {
                 host: "/srv/ws/out".into(),
                 inside: "/workspace/out".into(),
             }],
-            hidden: vec!["/workspace/.env".into(), "/workspace/.git".into()],
+            hidden: vec![
+                "/workspace/.env".into(),
+                "/workspace/.git".into(),
+                "/workspace/out/.npmrc".into(),
+                "/workspace/.absent".into(),
+            ],
+            runtime: vec![crate::plan::RuntimeBind {
+                path: "/srv/ws/.git/run".into(),
+                writable: true,
+            }],
             cwd: "/workspace".into(),
             network,
             limits: Limits {
@@ -217,10 +244,22 @@ mod tests {
             .find("--bind-try /srv/ws/out /workspace/out")
             .expect("write root");
         let env = a.find("--ro-bind /e /workspace/.env").expect(".env hidden");
-        let git = a
-            .find("--tmpfs /workspace/.git --remount-ro /workspace/.git")
-            .expect(".git hidden");
-        assert!(ro < rw && rw < env && env < git);
+        let git = a.find("--tmpfs /workspace/.git").expect(".git hidden");
+        let npmrc = a
+            .find("--ro-bind /e /workspace/out/.npmrc")
+            .expect("a missing blocked path under a write root is covered");
+        assert!(
+            !a.contains("/workspace/.absent"),
+            "a missing blocked path nothing can create needs no cover"
+        );
+        let runtime = a
+            .find("--bind /srv/ws/.git/run /srv/ws/.git/run")
+            .expect("runtime files");
+        let ro_again = a
+            .find("--remount-ro /workspace/.git")
+            .expect("the cover turns read-only");
+        assert!(ro < rw && rw < env && env < git && git < npmrc);
+        assert!(npmrc < runtime && runtime < ro_again);
         assert!(a.contains("--size 1024 --tmpfs /tmp"));
         assert!(a.contains("--setenv PATH /usr/bin"));
         assert!(a.ends_with("--add-seccomp-fd 7 --add-seccomp-fd 8"));
@@ -228,15 +267,44 @@ mod tests {
     }
 
     #[test]
+    fn folders_above_a_blocked_path_in_a_write_root_are_pinned_before_the_cover() {
+        let mut p = plan(Network::None);
+        p.hidden = vec!["/workspace/out/a/b/.env".into(), "/workspace/.env".into()];
+        let kind = |path: &Path| match path.to_str() {
+            Some("/srv/ws/out/a" | "/srv/ws/out/a/b") => Kind::Dir,
+            other => fake_kind(Path::new(other.unwrap_or_default())),
+        };
+        let a = joined(&arguments(&p, &[], Path::new("/e"), &kind));
+        let pin_a = a
+            .find("--bind /srv/ws/out/a /workspace/out/a ")
+            .expect("a pinned");
+        let pin_b = a
+            .find("--bind /srv/ws/out/a/b /workspace/out/a/b ")
+            .expect("b pinned");
+        let cover = a
+            .find("--ro-bind /e /workspace/out/a/b/.env")
+            .expect("covered");
+        assert!(pin_a < pin_b && pin_b < cover, "{a}");
+        assert!(
+            !a.contains("--bind /srv/ws /workspace "),
+            "nothing is pinned under a read-only root: {a}"
+        );
+    }
+
+    #[test]
     fn hidden_paths_resolve_through_the_deepest_bind() {
         let p = plan(Network::None);
         assert_eq!(
-            host_behind(&p, Path::new("/workspace/out/x")),
+            p.host_behind(Path::new("/workspace/out/x")),
             Path::new("/srv/ws/out/x")
         );
         assert_eq!(
-            host_behind(&p, Path::new("/workspace/a")),
+            p.host_behind(Path::new("/workspace/a")),
             Path::new("/srv/ws/a")
+        );
+        assert_eq!(
+            p.host_behind(Path::new("/workspace/out")),
+            Path::new("/srv/ws/out")
         );
     }
 }

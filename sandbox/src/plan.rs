@@ -66,8 +66,12 @@ pub struct SandboxPlan {
     pub read_only: Vec<Bind>,
     /// Visible read-write (the policy's write roots, then the runtime's output folders).
     pub writable: Vec<Bind>,
-    /// Paths inside the sandbox that are hidden even though a root contains them.
+    /// Paths inside the sandbox that are hidden even though a root contains them: the policy's
+    /// blocked paths and wherever toolgate's own data folder would show.
     pub hidden: Vec<PathBuf>,
+    /// The runtime's own files (the executor, its spec, credentials and output folders), bound
+    /// after the hidden paths are covered, so they stay visible even inside a hidden folder.
+    pub runtime: Vec<RuntimeBind>,
     /// Working directory inside.
     pub cwd: PathBuf,
     /// Network.
@@ -78,23 +82,76 @@ pub struct SandboxPlan {
     pub env: Vec<(String, String)>,
 }
 
+/// One of the runtime's own files or folders, visible at its host path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeBind {
+    /// The path, the same outside and inside.
+    pub path: PathBuf,
+    /// Whether the sandbox may write it.
+    pub writable: bool,
+}
+
 impl SandboxPlan {
     /// Make a runtime file or folder visible read-only at the same path.
     pub fn expose_read_only(&mut self, host: impl Into<PathBuf>) {
-        let host = host.into();
-        self.read_only.push(Bind {
-            inside: host.clone(),
-            host,
+        self.runtime.push(RuntimeBind {
+            path: host.into(),
+            writable: false,
         });
     }
 
     /// Make a runtime folder writable at the same path.
     pub fn expose_writable(&mut self, host: impl Into<PathBuf>) {
-        let host = host.into();
-        self.writable.push(Bind {
-            inside: host.clone(),
-            host,
+        self.runtime.push(RuntimeBind {
+            path: host.into(),
+            writable: true,
         });
+    }
+
+    /// The deepest root containing a path inside the sandbox, if any.
+    fn bind_behind(&self, inside: &Path) -> Option<(&Bind, bool)> {
+        self.read_only
+            .iter()
+            .map(|b| (b, false))
+            .chain(self.writable.iter().map(|b| (b, true)))
+            .filter(|(b, _)| inside.starts_with(&b.inside))
+            .max_by_key(|(b, _)| b.inside.components().count())
+    }
+
+    /// The host path a path inside the sandbox comes from (through the deepest root containing
+    /// it), or the path itself when no root holds it.
+    pub fn host_behind(&self, inside: &Path) -> PathBuf {
+        match self.bind_behind(inside) {
+            // `join("")` would add a trailing '/', and a file with a trailing '/' does not exist.
+            Some((b, _)) if inside == b.inside => b.host.clone(),
+            Some((b, _)) => inside
+                .strip_prefix(&b.inside)
+                .map_or_else(|_| inside.to_path_buf(), |rest| b.host.join(rest)),
+            None => inside.to_path_buf(),
+        }
+    }
+
+    /// The folders strictly between the write root holding a hidden path and the path: the
+    /// ones a tool could rename to carry the path's cover away. None under a read-only root.
+    pub fn pinned_ancestors<'p>(&self, inside: &'p Path) -> Vec<&'p Path> {
+        let Some((root, true)) = self.bind_behind(inside) else {
+            return Vec::new();
+        };
+        let mut dirs: Vec<&Path> = inside
+            .ancestors()
+            .skip(1)
+            .take_while(|a| *a != root.inside && a.starts_with(&root.inside))
+            .collect();
+        dirs.reverse();
+        dirs
+    }
+
+    /// Whether the sandbox could create a path inside it: the deepest root holding it is a
+    /// write root.
+    pub fn creatable(&self, inside: &Path) -> bool {
+        self.bind_behind(inside)
+            .is_some_and(|(_, writable)| writable)
     }
 }
 
@@ -141,6 +198,10 @@ pub struct Context<'a> {
     pub workspace: &'a Path,
     /// The runtime's environment, for `inheritedEnv`.
     pub env: &'a [(String, String)],
+    /// Host folders no sandbox may see, whatever the policy's roots (toolgate's data folder: the
+    /// store, other calls' specs, event logs and artifacts). Hidden where a root contains them;
+    /// a root inside one is refused.
+    pub private: &'a [PathBuf],
     /// Override of the policy's timeout (the descriptor's, when shorter).
     pub timeout_ms: Option<u64>,
     /// The only process that touches the network is the executor's own HTTP client, which
@@ -190,6 +251,7 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
     for (i, p) in fs.blocked_paths.iter().enumerate() {
         hidden.push(map(format!("filesystem.blockedPaths[{i}]"), p)?.inside);
     }
+    hidden.extend(private_paths(&read_only, &writable, cx.private)?);
     let cwd = match &fs.cwd {
         Some(c) => map("filesystem.cwd".into(), c)?.inside,
         None => PathBuf::from("/"),
@@ -219,6 +281,7 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
         read_only,
         writable,
         hidden,
+        runtime: Vec::new(),
         cwd,
         network,
         limits: Limits {
@@ -236,6 +299,37 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
         },
         env,
     })
+}
+
+/// Where the private host folders would show inside the sandbox; a root inside one is refused.
+fn private_paths(
+    read_only: &[Bind],
+    writable: &[Bind],
+    private: &[PathBuf],
+) -> Result<Vec<PathBuf>, ResolveError> {
+    let mut hidden = Vec::new();
+    let roots = read_only
+        .iter()
+        .map(|b| ("readRoots", b))
+        .chain(writable.iter().map(|b| ("writeRoots", b)));
+    for (field, b) in roots {
+        for folder in private {
+            if b.host.starts_with(folder) {
+                return Err(ResolveError::Path {
+                    field: format!("filesystem.{field}"),
+                    path: b.host.display().to_string(),
+                    why: "it is inside toolgate's data folder, which no sandbox may see",
+                });
+            }
+            if let Ok(rest) = folder.strip_prefix(&b.host) {
+                let inside = b.inside.join(rest);
+                if !hidden.contains(&inside) {
+                    hidden.push(inside);
+                }
+            }
+        }
+    }
+    Ok(hidden)
 }
 
 /// The policy's filesystem rules as paths inside the sandbox (or pod), for the executor to
@@ -323,6 +417,7 @@ mod tests {
         Context {
             workspace: ws,
             env: &[],
+            private: &[],
             timeout_ms: None,
             executor_is_the_only_client: false,
         }
@@ -352,6 +447,7 @@ mod tests {
             &Context {
                 workspace: ws,
                 env: &env,
+                private: &[],
                 timeout_ms: Some(5000),
                 executor_is_the_only_client: false,
             },
@@ -431,6 +527,43 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn the_data_folder_is_hidden_wherever_a_root_shows_it_and_never_a_root() {
+        let ws = Path::new("/srv/ws");
+        let private = [PathBuf::from("/srv/ws/.toolgate")];
+        let mut c = cx(ws);
+        c.private = &private;
+        let mut p = base();
+        p["filesystem"]["readRoots"] = serde_json::json!(["workspace", "/srv"]);
+        let plan = resolve(&policy(p), &c).expect("plan");
+        assert!(plan.hidden.contains(&PathBuf::from("/workspace/.toolgate")));
+        assert!(plan.hidden.contains(&PathBuf::from("/srv/ws/.toolgate")));
+        let mut p = base();
+        p["filesystem"]["readRoots"] = serde_json::json!(["workspace/.toolgate/calls"]);
+        let e = resolve(&policy(p), &c).expect_err("a root inside the data folder");
+        assert!(
+            e.to_string().starts_with("filesystem.readRoots:")
+                && e.to_string().contains("data folder"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_blocked_root_resolves_to_the_root_itself() {
+        let mut p = base();
+        p["filesystem"]["readRoots"] = serde_json::json!(["workspace", "workspace/secret.txt"]);
+        p["filesystem"]["blockedPaths"] = serde_json::json!(["workspace/secret.txt"]);
+        let plan = resolve(&policy(p), &cx(Path::new("/srv/ws"))).expect("plan");
+        let inside = Path::new("/workspace/secret.txt");
+        assert_eq!(plan.host_behind(inside), Path::new("/srv/ws/secret.txt"));
+        assert_eq!(
+            plan.host_behind(Path::new("/workspace/coverage/x")),
+            Path::new("/srv/ws/coverage/x")
+        );
+        assert!(plan.creatable(Path::new("/workspace/coverage/new")));
+        assert!(!plan.creatable(Path::new("/workspace/new")));
     }
 
     #[test]

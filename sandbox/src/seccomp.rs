@@ -68,6 +68,42 @@ const NAMESPACE_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+/// `fchmodat2` (Linux 6.6), the same number on every architecture; libc does not name it on all.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// Mode bits a file made by a tool must never carry: a setuid or setgid file left in a writable
+/// root would hand whoever runs it on the host the identity of the user the sandbox ran as.
+const PRIVILEGE_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// Syscalls that take a file mode, and the position of the mode argument. Each is refused with
+/// EPERM when the mode asks for setuid or setgid.
+fn mode_syscalls() -> Vec<(i64, u8)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mkdirat, 2),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mkdir, 1),
+    ]);
+    calls
+}
+
+/// Syscalls refused outright on files: `mknod` makes device nodes and FIFOs, which a tool has no
+/// business leaving in a workspace for a host process to open.
+fn node_syscalls() -> Vec<i64> {
+    let mut calls = vec![libc::SYS_mknodat];
+    #[cfg(target_arch = "x86_64")]
+    calls.push(libc::SYS_mknod);
+    calls
+}
+
 /// Errors building a filter (a bug, never input).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the seccomp filter: {0}")]
@@ -108,13 +144,36 @@ pub fn deny_filter() -> Result<Vec<u8>, FilterError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    for (nr, arg) in mode_syscalls() {
+        let mode_rules = PRIVILEGE_BITS
+            .iter()
+            .map(|bit| {
+                let cond = SeccompCondition::new(
+                    arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(*bit),
+                    *bit,
+                )
+                .map_err(|e| FilterError(e.to_string()))?;
+                SeccompRule::new(vec![cond]).map_err(|e| FilterError(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(nr, mode_rules);
+    }
+    for nr in node_syscalls() {
+        rules.insert(nr, Vec::new());
+    }
     compile(rules, SeccompAction::Errno(libc::EPERM as u32))
 }
 
-/// `clone3` answers ENOSYS: its flags sit in memory a filter cannot read, and ENOSYS makes libc
-/// fall back to `clone`, whose flags the deny filter checks (what container runtimes do).
+/// `clone3` and `openat2` answer ENOSYS: their flags and modes sit in memory a filter cannot
+/// read, and ENOSYS makes libc and language runtimes fall back to `clone` and `openat`, whose
+/// arguments the deny filter checks (what container runtimes do).
 pub fn clone3_filter() -> Result<Vec<u8>, FilterError> {
-    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let rules = BTreeMap::from([
+        (libc::SYS_clone3, Vec::new()),
+        (libc::SYS_openat2, Vec::new()),
+    ]);
     compile(rules, SeccompAction::Errno(libc::ENOSYS as u32))
 }
 

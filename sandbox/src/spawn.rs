@@ -31,6 +31,17 @@ pub enum SpawnError {
     /// The seccomp filter could not be built.
     #[error(transparent)]
     Filter(#[from] seccomp::FilterError),
+    /// A blocked path lies under a symlink inside a write root: a tool could replace the link
+    /// with a folder of its own and create the blocked path there.
+    #[error(
+        "blocked path {blocked} lies under {link}, a symlink inside a write root; a tool could replace the link and create the blocked path. Block the link itself, or make it a folder"
+    )]
+    BlockedUnderSymlink {
+        /// The blocked path, inside the sandbox.
+        blocked: String,
+        /// The symlink, inside the sandbox.
+        link: String,
+    },
     /// A write root could not be created, or a temp file written.
     #[error("{what}: {source}")]
     Io {
@@ -63,11 +74,67 @@ pub struct SandboxedCommand {
     _filters: Vec<File>,
     _empty: tempfile::NamedTempFile,
     cgroups: Vec<PathBuf>,
+    placeholders: Vec<Placeholder>,
+}
+
+/// An empty file made on the host where a blocked path that does not exist would be, so the
+/// sandbox can cover it (a tool cannot create a blocked `.npmrc`), and the folders made for it.
+/// Removed when the sandbox is gone, if still empty.
+#[derive(Debug)]
+struct Placeholder {
+    file: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+impl Placeholder {
+    /// Make the placeholder for `host` (which does not exist) and the folders leading to it.
+    fn make(host: &Path) -> std::io::Result<Placeholder> {
+        let mut missing = Vec::new();
+        let mut dir = host.parent();
+        while let Some(d) = dir {
+            if std::fs::symlink_metadata(d).is_ok() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            dir = d.parent();
+        }
+        let mut made = Placeholder {
+            file: PathBuf::new(),
+            dirs: Vec::new(),
+        };
+        for d in missing.iter().rev() {
+            std::fs::create_dir(d)?;
+            made.dirs.push(d.clone());
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(host)?;
+        made.file = host.to_path_buf();
+        Ok(made)
+    }
+
+    /// Remove what was made, as long as nothing was put in it.
+    fn remove(self) {
+        if let Ok(m) = std::fs::symlink_metadata(&self.file)
+            && m.is_file()
+            && m.len() == 0
+        {
+            let _ = std::fs::remove_file(&self.file);
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 impl SandboxedCommand {
-    /// Remove the cgroups once the sandbox has exited, killing anything left in them first.
+    /// Remove the cgroups once the sandbox has exited, killing anything left in them first, and
+    /// the placeholders of blocked paths.
     pub fn cleanup(&mut self) {
+        for p in self.placeholders.drain(..) {
+            p.remove();
+        }
         for dir in self.cgroups.drain(..) {
             for _ in 0..50 {
                 if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
@@ -114,6 +181,16 @@ pub fn prepare(
             what: format!("creating write root {}", b.host.display()),
             source,
         })?;
+    }
+    for inside in &plan.hidden {
+        for dir in plan.pinned_ancestors(inside) {
+            if std::fs::symlink_metadata(plan.host_behind(dir)).is_ok_and(|m| m.is_symlink()) {
+                return Err(SpawnError::BlockedUnderSymlink {
+                    blocked: inside.display().to_string(),
+                    link: dir.display().to_string(),
+                });
+            }
+        }
     }
     let filters = [seccomp::deny_filter()?, seccomp::clone3_filter()?]
         .into_iter()
@@ -196,9 +273,29 @@ pub fn prepare(
             (Some(_), false, false) => "rlimit-nproc",
             (Some(_), false, true) => "none",
         },
-        seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, …) + clone3→ENOSYS",
+        seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, setuid/setgid modes, mknod, …) + clone3/openat2→ENOSYS",
     };
 
+    // Blocked paths that do not exist but could be created get a placeholder to cover (last, so
+    // no later failure leaves one behind).
+    let mut placeholders = Vec::new();
+    for inside in &plan.hidden {
+        let host = plan.host_behind(inside);
+        if plan.creatable(inside) && std::fs::symlink_metadata(&host).is_err() {
+            match Placeholder::make(&host) {
+                Ok(p) => placeholders.push(p),
+                Err(source) => {
+                    for p in placeholders {
+                        p.remove();
+                    }
+                    return Err(SpawnError::Io {
+                        what: format!("covering blocked path {}", inside.display()),
+                        source,
+                    });
+                }
+            }
+        }
+    }
     let mut command = Command::new(bwrap);
     command
         .args(arguments(plan, &fds, empty.path(), &kind_of))
@@ -249,6 +346,7 @@ pub fn prepare(
         _filters: filters.into_iter().chain(_keep).collect(),
         _empty: empty,
         cgroups,
+        placeholders,
     })
 }
 

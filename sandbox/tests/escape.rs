@@ -52,6 +52,7 @@ fn plan(f: &Fixture) -> SandboxPlan {
             inside: "/workspace/out".into(),
         }],
         hidden: vec!["/workspace/.env".into(), "/workspace/.git".into()],
+        runtime: vec![],
         cwd: "/workspace".into(),
         network: Network::None,
         limits: Limits {
@@ -496,4 +497,179 @@ fn reading_the_executors_own_runtime_files_requires_an_explicit_bind() {
     );
     assert!(o.stdout.starts_with("{}"));
     assert!(!runtime.join("w").exists());
+}
+
+/// Every entry under `root`, not following symlinks.
+fn walk(root: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).expect("metadata");
+            if meta.is_dir() {
+                todo.push(entry.path());
+            }
+            out.push((entry.path(), meta));
+        }
+    }
+    out
+}
+
+/// Run as root in CI (and by many users): a tool that tries every way to leave something
+/// privileged or special in a writable root leaves nothing a host user could abuse.
+#[test]
+fn a_tool_leaves_no_setuid_file_device_fifo_foreign_owner_or_hard_link_on_the_host() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let f = fixture();
+    // SAFETY: getuid(2) cannot fail.
+    let me = unsafe { libc::getuid() };
+    if me != 0 {
+        eprintln!("note: not running as root (uid {me}); the attempts are the same");
+    }
+    let py = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name, "made")
+    except OSError as e:
+        print(name, "refused", e.errno)
+attempt("open-suid", lambda: os.close(os.open("out/py-suid", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("mkdir-sgid", lambda: os.mkdir("out/py-sgid", 0o2755))
+attempt("mkfifo", lambda: os.mkfifo("out/py-fifo"))
+attempt("mknod-char", lambda: os.mknod("out/py-null", 0o666 | 0o020000, os.makedev(1, 3)))
+attempt("setcap", lambda: os.setxattr("out/sh", "security.capability",
+        bytes.fromhex("0100000200000000000000000000000000000000")))
+attempt("chown", lambda: os.chown("out/sh", 1000, 1000))
+print("openat2", libc.syscall(437, -100, b"out/x", 0, 0), ctypes.get_errno())
+print("fchmodat2", libc.syscall(452, -100, b"out/sh", 0o4755, 0), ctypes.get_errno())
+"#;
+    let script = format!(
+        "cp /bin/sh out/sh && echo copied; chmod 4755 out/sh; chmod u+s out/sh; chmod g+s out/sh; \
+         install -m 4755 /bin/sh out/sh2; install -m 2755 /bin/sh out/sh3; mkdir -m 2775 out/sgid; \
+         mknod out/null c 1 3; mknod out/disk b 8 0; mkfifo out/fifo; mknod out/fifo2 p; \
+         ln /bin/sh out/hl-sh; ln README.md out/hl-readme; ln {secrets} out/hl-secrets; \
+         chown 1000:1000 out/sh; chown 65534 out/sh; \
+         command -v python3 >/dev/null && python3 -c '{py}'; ls -la out; echo end",
+        secrets = f.secrets.display(),
+        py = py.replace('\'', "'\\''"),
+    );
+    let o = run(&plan(&f), &script);
+    assert!(o.stdout.contains("copied"), "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("end"), "{}{}", o.stdout, o.stderr);
+    if o.stdout.contains("open-suid") {
+        for line in [
+            "open-suid",
+            "mkdir-sgid",
+            "mkfifo",
+            "mknod-char",
+            "setcap",
+            "chown",
+        ] {
+            assert!(
+                o.stdout.contains(&format!("{line} refused")) || !o.stdout.contains(line),
+                "{line}: {}",
+                o.stdout
+            );
+        }
+        assert!(o.stdout.contains("openat2 -1 38"), "{}", o.stdout);
+        assert!(o.stdout.contains("fchmodat2 -1 1"), "{}", o.stdout);
+    }
+    let mut offenders = Vec::new();
+    for (path, meta) in walk(&f.root) {
+        let t = meta.file_type();
+        let why = if meta.mode() & 0o6000 != 0 {
+            "setuid/setgid"
+        } else if t.is_block_device() || t.is_char_device() {
+            "device node"
+        } else if t.is_fifo() || t.is_socket() {
+            "fifo or socket"
+        } else if meta.uid() != me {
+            "owned by another user"
+        } else if meta.is_file() && meta.nlink() > 1 {
+            "hard link"
+        } else {
+            continue;
+        };
+        offenders.push(format!(
+            "{} ({why}, mode {:o})",
+            path.display(),
+            meta.mode()
+        ));
+    }
+    assert!(
+        offenders.is_empty(),
+        "left on the host: {offenders:#?}\n{}",
+        o.stdout
+    );
+    assert!(
+        f.workspace.join("out/sh").exists(),
+        "the copy itself is allowed"
+    );
+}
+
+/// A blocked path wins even when the policy also names it (or a folder above it) a root.
+#[test]
+fn a_blocked_path_that_is_also_a_read_root_stays_hidden() {
+    let f = fixture();
+    let mut p = plan(&f);
+    p.read_only.push(Bind {
+        host: f.workspace.join(".env"),
+        inside: "/workspace/.env".into(),
+    });
+    p.read_only.push(Bind {
+        host: f.workspace.join(".git"),
+        inside: "/workspace/.git".into(),
+    });
+    let o = run(
+        &p,
+        "cat .env; cat /workspace/.env; cat .git/config; echo end",
+    );
+    assert!(o.stdout.contains("end"), "{}{}", o.stdout, o.stderr);
+    contained(&o, "canary-env");
+    contained(&o, "canary-git");
+}
+
+/// A blocked path that does not exist yet is refused too, and cannot be planted by moving its
+/// folder away; nothing of the cover is left on the host afterwards.
+#[test]
+fn a_blocked_path_that_does_not_exist_cannot_be_created() {
+    let f = fixture();
+    let mut p = plan(&f);
+    p.writable = vec![Bind {
+        host: f.workspace.clone(),
+        inside: "/workspace".into(),
+    }];
+    p.hidden = vec![
+        "/workspace/.npmrc".into(),
+        "/workspace/deep/er/.env".into(),
+        "/workspace/.git/config".into(),
+    ];
+    let o = run(
+        &p,
+        "echo evil > .npmrc; echo evil > /workspace/.npmrc; rm -f .npmrc; echo evil > x; mv x .npmrc; \
+         mkdir -p deep/er; echo evil > deep/er/.env; mv deep moved; mv deep/er deep/other; rm -rf deep; \
+         mkdir -p deep/er; echo evil > deep/er/.env; \
+         mv .git .git-old; mkdir .git; echo '[core] hooksPath = /tmp' > .git/config; \
+         echo fine > allowed.txt; echo end",
+    );
+    assert!(o.stdout.contains("end"), "{}{}", o.stdout, o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(f.workspace.join("allowed.txt")).expect("a normal write works"),
+        "fine\n"
+    );
+    assert!(
+        !f.workspace.join(".npmrc").exists(),
+        "the cover of .npmrc is gone and nothing was planted"
+    );
+    assert!(!f.workspace.join("deep").exists(), "{}", o.stderr);
+    assert!(!f.workspace.join("moved").exists(), "{}", o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(f.workspace.join(".git/config")).expect("config"),
+        "token=canary-git-77aa\n",
+        "{}",
+        o.stderr
+    );
+    assert!(!f.workspace.join(".git-old").exists(), "{}", o.stderr);
 }

@@ -383,6 +383,7 @@ async fn run_pod(
         read_only,
         writable,
         hidden: vec![],
+        runtime: vec![],
         cwd: container
             .working_dir
             .clone()
