@@ -105,8 +105,37 @@ impl From<ApiError> for Status {
             metadata.insert("field".to_string(), field.clone());
         }
         details.set_error_info(e.code(), DOMAIN, metadata);
-        Status::with_error_details(e.grpc_code(), e.to_string(), details)
+        Status::with_error_details(e.grpc_code(), e.public_message(), details)
     }
+}
+
+impl ApiError {
+    /// What the caller reads. A failure on our side may name files, hosts or store internals:
+    /// it goes to the server's log under a reference, and the caller gets the reference.
+    fn public_message(&self) -> String {
+        match self {
+            ApiError::Internal(message) | ApiError::Config(message) => {
+                let reference = error_reference(message);
+                tracing::error!(reference = %reference, error = %message, "internal error answered");
+                format!("internal error (reference {reference}); the server's log has the details")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A short reference that ties a caller's error to the server's log line.
+fn error_reference(message: &str) -> String {
+    use sha2::{Digest, Sha256};
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = Sha256::new();
+    h.update(message.as_bytes());
+    h.update(
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    h.update(std::process::id().to_le_bytes());
+    hex::encode(&h.finalize()[..4])
 }
 
 /// Read the machine code and field back from a status (clients and tests).
@@ -146,5 +175,16 @@ mod tests {
         .into();
         assert_eq!(s.code(), Code::PermissionDenied);
         assert_eq!(status_code_and_field(&s).0, "approval-self");
+    }
+
+    #[test]
+    fn internal_errors_do_not_show_server_paths() {
+        let s: Status =
+            ApiError::Internal("call store /var/lib/toolgate/toolgate.redb: I/O error".into())
+                .into();
+        assert_eq!(s.code(), Code::Internal);
+        assert!(!s.message().contains("/var/lib"), "{}", s.message());
+        assert!(s.message().starts_with("internal error (reference "));
+        assert_eq!(status_code_and_field(&s).0, "internal");
     }
 }

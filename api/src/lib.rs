@@ -7,6 +7,7 @@ pub mod convert;
 pub mod error;
 pub mod request;
 pub mod service;
+pub mod validate;
 
 pub use auth::{Authenticator, Caller, TokenFile};
 pub use error::ApiError;

@@ -7,6 +7,7 @@ use toolgate_proto::v1 as pb;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::validate::Checked;
 
 /// A proposal whose fields passed their checks.
 #[derive(Debug, Clone)]
@@ -32,10 +33,8 @@ pub struct Proposal {
 impl Proposal {
     /// Check a ProposeCall request; every error names its field.
     pub fn validate(caller: &Caller, req: &pb::ProposeCallRequest) -> Result<Proposal, ApiError> {
+        req.check()?;
         let namespace = namespace_of(caller, &req.namespace)?;
-        if req.tool.is_empty() {
-            return Err(ApiError::field("tool", "expected a tool name, got nothing"));
-        }
         let args: serde_json::Value = serde_json::from_str(&req.args_json)
             .map_err(|e| ApiError::field("args_json", format!("expected a JSON object: {e}")))?;
         if !args.is_object() {
@@ -47,41 +46,8 @@ impl Proposal {
                 ),
             ));
         }
-        let intent = req
-            .intent
-            .clone()
-            .ok_or_else(|| ApiError::field("intent", "expected the call's intent, got nothing"))?;
-        for (field, v) in [
-            ("intent.user_goal", &intent.user_goal),
-            ("intent.current_task", &intent.current_task),
-            ("intent.rationale_summary", &intent.rationale_summary),
-        ] {
-            if v.trim().is_empty() || v.len() > 2048 {
-                return Err(ApiError::field(
-                    field,
-                    format!("expected 1 to 2048 characters, got {}", v.len()),
-                ));
-            }
-        }
+        let intent = req.intent.clone().unwrap_or_default();
         let action_type = parse_action_type(&intent.action_type)?;
-        if !req.idempotency_key.is_empty()
-            && (req.idempotency_key.len() > 253
-                || !req
-                    .idempotency_key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c)))
-        {
-            return Err(ApiError::field(
-                "idempotency_key",
-                "expected 1 to 253 of A-Z a-z 0-9 . _ : -",
-            ));
-        }
-        if !req.tool_digest.is_empty() && !is_digest(&req.tool_digest) {
-            return Err(ApiError::field(
-                "tool_digest",
-                format!("expected sha256:<64 hex>, got {:?}", req.tool_digest),
-            ));
-        }
         Ok(Proposal {
             namespace,
             tool: req.tool.clone(),
@@ -128,11 +94,14 @@ impl Proposal {
     }
 }
 
+/// The namespace a request acts in: the one it names, or the caller's service-account namespace.
+/// Either way a DNS label, so it is safe as a folder or an API path.
 pub fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {
     if !requested.is_empty() {
+        crate::validate::namespace("namespace", requested)?;
         return Ok(requested.to_string());
     }
-    caller
+    let ns = caller
         .principal
         .service_account()
         .map(|(ns, _)| ns.to_string())
@@ -144,7 +113,9 @@ pub fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError
                     caller.name()
                 ),
             )
-        })
+        })?;
+    crate::validate::namespace("namespace", &ns)?;
+    Ok(ns)
 }
 
 pub fn parse_action_type(s: &str) -> Result<ActionType, ApiError> {
@@ -202,6 +173,77 @@ pub fn page_size(req: &pb::ListCallsRequest) -> Result<usize, ApiError> {
     }
 }
 
+/// Bytes of calls one ListCalls page holds at most, whatever its size asks: well under the 4 MiB a
+/// gRPC client accepts by default, so one large call never hides the others (pending approvals
+/// among them) behind an oversized response.
+pub const PAGE_BYTES: usize = 1 << 20;
+
+/// A page of calls in list order. `calls` holds up to `size + 1` of them (one more tells whether
+/// there is a next page); the page stops earlier when [`PAGE_BYTES`] would be exceeded, and a
+/// call too large to fit alone is shown trimmed, so a page always moves forward.
+pub fn page(calls: Vec<pb::Call>, size: usize) -> pb::ListCallsResponse {
+    use prost::Message;
+    let total = calls.len();
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for call in calls.into_iter().take(size) {
+        let len = call.encoded_len();
+        if len > PAGE_BYTES && out.is_empty() {
+            out.push(trimmed(call));
+            break;
+        }
+        if bytes + len > PAGE_BYTES {
+            break;
+        }
+        bytes += len;
+        out.push(call);
+    }
+    let more = out.len() < total;
+    pb::ListCallsResponse {
+        next_page_token: if more {
+            out.last().map(|c| c.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        },
+        calls: out,
+    }
+}
+
+/// A call cut down to what a list needs, for one too large to list whole (GetCall shows it all).
+fn trimmed(mut call: pb::Call) -> pb::Call {
+    const KEPT: usize = 1024;
+    let cut = |s: &mut String| {
+        if s.len() > KEPT {
+            let mut end = KEPT;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+            s.push_str("… (cut; GetCall shows it whole)");
+        }
+    };
+    call.args_json.clear();
+    call.status_json.clear();
+    for s in [
+        &mut call.tool,
+        &mut call.principal,
+        &mut call.output_preview,
+        &mut call.idempotency_key,
+    ] {
+        cut(s);
+    }
+    call.conditions.truncate(16);
+    for c in &mut call.conditions {
+        cut(&mut c.message);
+    }
+    call.reasons.truncate(16);
+    for r in &mut call.reasons {
+        cut(&mut r.message);
+    }
+    call.artifacts.truncate(16);
+    call
+}
+
 /// Whether a call passes a ListCalls request's filters.
 pub fn list_filter_matches(
     req: &pb::ListCallsRequest,
@@ -255,6 +297,37 @@ mod properties {
         );
         assert_eq!(spec.principal, "alice@example.com");
         assert_eq!(spec.principal_groups, vec!["team-a-reviewers".to_string()]);
+    }
+
+    #[test]
+    fn pages_keep_to_their_byte_budget_and_always_move_forward() {
+        use prost::Message;
+        let call = |i: usize, bytes: usize| pb::Call {
+            id: format!("call-{i:04}"),
+            args_json: "a".repeat(bytes),
+            ..Default::default()
+        };
+        let all: Vec<pb::Call> = (0..30).map(|i| call(i, 200 * 1024)).collect();
+        let mut from = 0;
+        let mut pages = 0;
+        while from < all.len() {
+            let p = page(all[from..].iter().take(51).cloned().collect(), 50);
+            let bytes: usize = p.calls.iter().map(Message::encoded_len).sum();
+            assert!(bytes <= PAGE_BYTES, "{bytes}");
+            assert!(!p.calls.is_empty());
+            from += p.calls.len();
+            pages += 1;
+            if p.next_page_token.is_empty() {
+                break;
+            }
+            assert_eq!(p.next_page_token, all[from - 1].id);
+        }
+        assert_eq!(from, 30);
+        assert!(pages > 1);
+        let giant = page(vec![call(0, 5 << 20), call(1, 10)], 50);
+        assert_eq!(giant.calls.len(), 1);
+        assert!(giant.calls[0].encoded_len() < PAGE_BYTES);
+        assert_eq!(giant.next_page_token, "call-0000");
     }
 
     proptest! {

@@ -16,6 +16,7 @@ use toolgate_proto::v1::{
 
 use crate::auth::{Authenticator, Caller};
 use crate::error::ApiError;
+use crate::validate::Checked;
 
 /// A stream of results, boxed.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, ApiError>> + Send + 'static>>;
@@ -88,6 +89,14 @@ impl<B: Backend> Service<B> {
     }
 }
 
+/// The request's message once its fields are checked ([`Checked`]); ProposeCall is checked by
+/// [`crate::request::Proposal::validate`], which every backend calls.
+fn checked<T: Checked>(req: Request<T>) -> Result<T, Status> {
+    let msg = req.into_inner();
+    msg.check()?;
+    Ok(msg)
+}
+
 fn stream<T: Send + 'static>(
     s: BoxStream<T>,
 ) -> Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>> {
@@ -101,9 +110,8 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<GetToolViewRequest>,
     ) -> Result<Response<ToolView>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.view(&caller, req.into_inner()).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.view(&caller, req).await?))
     }
 
     async fn propose_call(
@@ -118,9 +126,8 @@ impl<B: Backend> Toolgate for Service<B> {
 
     async fn get_call(&self, req: Request<GetCallRequest>) -> Result<Response<Call>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.get(&caller, &req.into_inner().id).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.get(&caller, &req.id).await?))
     }
 
     async fn list_calls(
@@ -128,9 +135,8 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<ListCallsRequest>,
     ) -> Result<Response<ListCallsResponse>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.list(&caller, req.into_inner()).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.list(&caller, req).await?))
     }
 
     type WatchCallStream = Pin<Box<dyn Stream<Item = Result<CallEvent, Status>> + Send + 'static>>;
@@ -140,15 +146,15 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<WatchCallRequest>,
     ) -> Result<Response<Self::WatchCallStream>, Status> {
         let caller = self.caller(&req).await?;
-        let s = self.backend.watch(&caller, &req.into_inner().id).await?;
+        let req = checked(req)?;
+        let s = self.backend.watch(&caller, &req.id).await?;
         Ok(Response::new(stream(s)))
     }
 
     async fn cancel_call(&self, req: Request<CancelCallRequest>) -> Result<Response<Call>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.cancel(&caller, req.into_inner()).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.cancel(&caller, req).await?))
     }
 
     async fn approve_call(
@@ -156,16 +162,14 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<ApproveCallRequest>,
     ) -> Result<Response<Call>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.approve(&caller, req.into_inner()).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.approve(&caller, req).await?))
     }
 
     async fn deny_call(&self, req: Request<DenyCallRequest>) -> Result<Response<Call>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.deny(&caller, req.into_inner()).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.deny(&caller, req).await?))
     }
 
     async fn explain_call(
@@ -173,9 +177,8 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<ExplainCallRequest>,
     ) -> Result<Response<Explanation>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.explain(&caller, &req.into_inner().id).await?,
-        ))
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.explain(&caller, &req.id).await?))
     }
 
     type GetArtifactStream =
@@ -186,7 +189,8 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<GetArtifactRequest>,
     ) -> Result<Response<Self::GetArtifactStream>, Status> {
         let caller = self.caller(&req).await?;
-        let s = self.backend.artifact(&caller, req.into_inner()).await?;
+        let req = checked(req)?;
+        let s = self.backend.artifact(&caller, req).await?;
         Ok(Response::new(stream(s)))
     }
 }

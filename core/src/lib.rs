@@ -11,6 +11,7 @@ pub mod digest;
 pub mod exec;
 pub mod lint;
 pub mod manifest;
+pub mod names;
 pub mod policy_diff;
 pub mod principal;
 pub mod redact;

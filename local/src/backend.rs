@@ -96,16 +96,10 @@ impl Backend for Runtime {
                     )
             })
             .map_err(internal)?;
-        let more = page.len() > size;
-        let calls: Vec<pb::Call> = page.iter().take(size).map(call_message).collect();
-        Ok(pb::ListCallsResponse {
-            next_page_token: if more {
-                calls.last().map(|c| c.id.clone()).unwrap_or_default()
-            } else {
-                String::new()
-            },
-            calls,
-        })
+        Ok(toolgate_api::request::page(
+            page.iter().map(call_message).collect(),
+            size,
+        ))
     }
 
     async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<pb::CallEvent>, ApiError> {

@@ -44,6 +44,12 @@ struct Prepared {
 pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     let loaded = rt.loaded();
     let data = rt.inner.config.data.clone();
+    if !toolgate_core::names::is_dns_subdomain(id) {
+        return Err(ApiError::Internal(format!(
+            "refusing to run call {:?}: its id is not a Kubernetes name",
+            id.chars().take(80).collect::<String>()
+        )));
+    }
     let run_dir = data.join("run").join(id);
     let mut prepared: Option<Prepared> = None;
     let session = match rt.inner.store.get(id) {
@@ -148,6 +154,7 @@ fn prepare(
         &Context {
             workspace: &config.workspace,
             env: &env,
+            private: std::slice::from_ref(&config.data),
             timeout_ms: Some(u64::from(tool.spec.execution.timeout_ms)),
             executor_is_the_only_client: tool.spec.execution.adapter
                 == toolgate_crds::ExecutionAdapter::Http,
@@ -172,7 +179,14 @@ fn prepare(
     let creds_dir = run_dir.join("credentials");
     let out_dir = run_dir.join("out");
     let artifacts_root = config.data.join("artifacts");
-    let call_artifacts = artifacts_root.join(&rec.namespace).join(&rec.id);
+    let call_artifacts = crate::store::call_folder(&artifacts_root, &rec.namespace, &rec.id)
+        .map_err(|e| {
+            fail(
+                SANDBOX_PREPARED,
+                "SandboxSetupFailed",
+                format!("the call's artifact folder: {e}"),
+            )
+        })?;
     for d in [run_dir, &creds_dir, &out_dir, &call_artifacts] {
         std::fs::DirBuilder::new()
             .recursive(true)

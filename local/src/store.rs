@@ -26,6 +26,25 @@ fn session_prefix(namespace: &str, session: &str) -> String {
     format!("{namespace}\0{session}\0")
 }
 
+/// `<root>/<namespace>/<id>`, for a namespace that is a DNS label and an id that is a DNS
+/// subdomain only: neither can hold `/`, `..` or NUL, so the folder is always inside `root`.
+pub fn call_folder(root: &Path, namespace: &str, id: &str) -> Result<PathBuf, StoreError> {
+    use toolgate_core::names::{is_dns_label, is_dns_subdomain};
+    if !is_dns_label(namespace) {
+        return Err(StoreError::UnsafeName {
+            what: "namespace",
+            value: namespace.chars().take(80).collect(),
+        });
+    }
+    if !is_dns_subdomain(id) {
+        return Err(StoreError::UnsafeName {
+            what: "call id",
+            value: id.chars().take(80).collect(),
+        });
+    }
+    Ok(root.join(namespace).join(id))
+}
+
 /// One call as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +133,15 @@ pub enum StoreError {
         id: String,
         /// Why.
         source: serde_json::Error,
+    },
+    /// A namespace or call id that is not a Kubernetes name would become a path outside the
+    /// data folder; the API refuses them first, this is the last line.
+    #[error("refusing to use {what} {value:?} as a folder name: it is not a Kubernetes name")]
+    UnsafeName {
+        /// `namespace` or `call id`.
+        what: &'static str,
+        /// The value.
+        value: String,
     },
     /// The event log could not be written.
     #[error("event log {path}: {source}")]
@@ -222,7 +250,7 @@ impl Store {
         if events.is_empty() {
             return Ok(());
         }
-        let dir = self.logs.join(&record.namespace).join(&record.id);
+        let dir = call_folder(&self.logs, &record.namespace, &record.id)?;
         let path = dir.join("events.jsonl");
         let log_err = |source| StoreError::Log {
             path: path.display().to_string(),

@@ -454,16 +454,7 @@ impl Backend for KubeBackend {
                 break;
             }
         }
-        let more = out.len() > size;
-        out.truncate(size);
-        Ok(pb::ListCallsResponse {
-            next_page_token: if more {
-                out.last().map(|c| c.id.clone()).unwrap_or_default()
-            } else {
-                String::new()
-            },
-            calls: out,
-        })
+        Ok(toolgate_api::request::page(out, size))
     }
 
     async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<pb::CallEvent>, ApiError> {

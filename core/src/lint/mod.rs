@@ -7,6 +7,7 @@
 mod rules;
 mod schema;
 
+use crate::names::{is_dns_label, is_dns_subdomain};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -351,27 +352,6 @@ impl Linter {
     fn kind_list(&self) -> String {
         self.schemas.keys().cloned().collect::<Vec<_>>().join(", ")
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
 }
 
 /// `/spec/effects/reads/0` → `spec.effects.reads[0]`.

@@ -1,0 +1,328 @@
+//! What the embedded runtime's end-to-end suites share: manifests, a workspace and tokens in a
+//! temporary folder, the real `toolgate local` binary as a server process, and the generated
+//! gRPC client.
+#![allow(dead_code)]
+
+use std::io::BufRead;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tonic::transport::Channel;
+use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
+
+pub const AGENT: &str = "agent-token-0123456789abcdef";
+pub const REVIEWER: &str = "reviewer-token-0123456789abcdef";
+pub const OTHER: &str = "other-agent-token-0123456789abcdef";
+pub const CANARY: &str = "canary-credential-5d1e77b2";
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+pub fn write_private(path: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .expect("private file");
+    std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+}
+
+/// A descriptor for the tests, in the examples' namespace.
+pub fn test_tool(
+    name: &str,
+    argv: &str,
+    idempotent: bool,
+    approval: &str,
+    summary: &str,
+) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {{name: {name}, namespace: team-a}}
+spec:
+  canonicalName: {name}
+  version: "1.0.0"
+  source: {{type: cli, packageName: coreutils}}
+  description:
+    summary: {summary}
+    useWhen: ["testing toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {{actionTypes: [execute], domains: [test]}}
+  schemas:
+    inputSchema:
+      type: object
+      additionalProperties: false
+      properties:
+        seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
+        msg: {{type: string, maxLength: 64}}
+  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: {idempotent}, reversible: true, dryRunSupported: false}}
+  risk: {{level: low, destructive: false, openWorld: false}}
+  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
+  sandboxPolicyRef: {{name: read-only}}
+  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
+  execution: {{adapter: cli, argv: {argv}, timeoutMs: 15000}}
+  provenance: {{trustLevel: first_party}}
+"#
+    )
+}
+
+pub const TEST_GRANT: &str = r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {name: test-tools, namespace: team-a}
+spec:
+  subjects:
+  - {kind: ServiceAccount, name: fixer, namespace: team-a}
+  tools: {names: [test.sleep, test.sleep-idempotent, test.gated, test.echo]}
+  scopes: ["workspace:read"]
+  reason: end-to-end tests
+"#;
+
+/// A folder with manifests (the examples' policies and tools plus test tools), a workspace,
+/// tokens and secrets.
+pub fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let m = root.join("manifests");
+    std::fs::create_dir_all(m.join("tools")).expect("manifests");
+    for f in [
+        "grants.yaml",
+        "sandbox-policies.yaml",
+        "credential-bindings.yaml",
+    ] {
+        std::fs::copy(examples().join(f), m.join(f)).expect("copy");
+    }
+    for entry in std::fs::read_dir(examples().join("tools")).expect("tools") {
+        let p = entry.expect("entry").path();
+        std::fs::copy(&p, m.join("tools").join(p.file_name().expect("name"))).expect("copy tool");
+    }
+    std::fs::write(m.join("test-grant.yaml"), TEST_GRANT).expect("grant");
+    std::fs::write(
+        m.join("tools/test-sleep.yaml"),
+        test_tool(
+            "test.sleep",
+            "[sleep, \"{{seconds}}\"]",
+            false,
+            "never",
+            "Sleep for a while.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-sleep-idempotent.yaml"),
+        test_tool(
+            "test.sleep-idempotent",
+            "[sleep, \"{{seconds}}\"]",
+            true,
+            "never",
+            "Sleep, safely repeatable.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-gated.yaml"),
+        test_tool(
+            "test.gated",
+            "[echo, \"{{msg}}\"]",
+            false,
+            "always",
+            "Echo a message after approval.",
+        ),
+    )
+    .expect("tool");
+    std::fs::write(
+        m.join("tools/test-echo.yaml"),
+        test_tool(
+            "test.echo",
+            "[echo, \"{{msg}}\"]",
+            true,
+            "never",
+            "Echo a message.",
+        ),
+    )
+    .expect("tool");
+    let ws = root.join("workspace");
+    std::fs::create_dir_all(ws.join("src")).expect("ws");
+    std::fs::write(ws.join("src/a.ts"), "export const a = 1;\n").expect("src");
+    std::fs::write(ws.join(".env"), format!("TOKEN={CANARY}\n")).expect(".env");
+    write_private(
+        &root.join("tokens.yaml"),
+        &format!(
+            "- {{token: {AGENT}, principal: \"system:serviceaccount:team-a:fixer\"}}\n\
+             - {{token: {OTHER}, principal: \"system:serviceaccount:team-a:other\"}}\n\
+             - {{token: {REVIEWER}, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}}\n"
+        ),
+    );
+    write_private(
+        &root.join("secrets.yaml"),
+        &format!("secret/team-a/github-issues-bot: {{token: {CANARY}}}\n"),
+    );
+    dir
+}
+
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    pub fn start(root: &Path) -> Server {
+        Server::start_in(root, &root.join("data"), &root.join("workspace"))
+    }
+
+    /// A server on `root`'s manifests, tokens and secrets with its data folder and workspace
+    /// where the test says.
+    pub fn start_in(root: &Path, data: &Path, workspace: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("local")
+            .arg("--manifests")
+            .arg(root.join("manifests"))
+            .arg("--data")
+            .arg(data)
+            .arg("--workspace")
+            .arg(workspace)
+            .arg("--tokens")
+            .arg(root.join("tokens.yaml"))
+            .arg("--secrets")
+            .arg(root.join("secrets.yaml"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("toolgate local starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("first line");
+        let addr = line
+            .split("serving toolgate.v1 on ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub async fn client(&self) -> ToolgateClient<Channel> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        ToolgateClient::new(channel)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn req<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("header"),
+    );
+    r
+}
+
+pub fn propose(tool: &str, args: serde_json::Value, action: &str) -> pb::ProposeCallRequest {
+    pb::ProposeCallRequest {
+        namespace: String::new(),
+        tool: tool.into(),
+        tool_digest: String::new(),
+        args_json: args.to_string(),
+        intent: Some(pb::Intent {
+            user_goal: "test toolgate".into(),
+            current_task: format!("call {tool}"),
+            action_type: action.into(),
+            rationale_summary: "end-to-end test".into(),
+            evidence_refs: vec![],
+        }),
+        idempotency_key: String::new(),
+        dry_run: false,
+        session_id: String::new(),
+    }
+}
+
+pub async fn get(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Call {
+    c.get_call(req(AGENT, pb::GetCallRequest { id: id.into() }))
+        .await
+        .expect("get")
+        .into_inner()
+}
+
+pub async fn wait_phase(c: &mut ToolgateClient<Channel>, id: &str, phases: &[&str]) -> pb::Call {
+    let start = Instant::now();
+    loop {
+        let call = get(c, id).await;
+        if phases.contains(&call.phase.as_str()) {
+            return call;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "call {id} stuck in {} waiting for {phases:?}: {:#?}",
+            call.phase,
+            call.conditions
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn watch(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> Vec<pb::CallEvent> {
+    let mut s = c
+        .watch_call(req(token, pb::WatchCallRequest { id: id.into() }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut all = Vec::new();
+    while let Some(e) = s.next().await {
+        all.push(e.expect("event"));
+    }
+    all
+}
+
+/// Propose a call as the agent; it must be accepted (decided, maybe denied).
+pub async fn submit(
+    c: &mut ToolgateClient<Channel>,
+    tool: &str,
+    args: serde_json::Value,
+    action: &str,
+) -> pb::Call {
+    c.propose_call(req(AGENT, propose(tool, args, action)))
+        .await
+        .expect("proposed")
+        .into_inner()
+}
+
+/// An approval of what `call` shows.
+pub fn approval_of(call: &pb::Call) -> pb::ApproveCallRequest {
+    pb::ApproveCallRequest {
+        id: call.id.clone(),
+        args_digest: call.args_digest.clone(),
+        tool_digest: call.tool_digest.clone(),
+        for_session: false,
+        ttl_seconds: 60,
+        comment: String::new(),
+    }
+}
+
+pub fn code_of(s: &tonic::Status) -> String {
+    toolgate_api::error::status_code_and_field(s).0
+}
