@@ -17,17 +17,20 @@ pub struct LocalArgs {
     /// Folder of manifests: tools, grants, sandbox policies, credential bindings.
     #[arg(long, default_value = "examples")]
     pub manifests: PathBuf,
-    /// Data folder: the call store, event logs, artifacts.
-    #[arg(long, default_value = ".toolgate")]
-    pub data: PathBuf,
+    /// Data folder: the call store, event logs, artifacts. Default: a folder for this workspace
+    /// under $XDG_STATE_HOME/toolgate (or ~/.local/state/toolgate), outside the workspace, so no
+    /// tool ever sees it. Wherever it is, sandboxes never see it.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     /// The workspace the sandbox policies' roots refer to.
     #[arg(long, default_value = ".")]
     pub workspace: PathBuf,
-    /// Address to serve the gRPC API on (loopback unless you front it with TLS).
+    /// Address to serve the gRPC API on: loopback only (the API has no TLS yet, and bearer tokens
+    /// must not cross a network in clear).
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: String,
     /// Bearer tokens: a YAML list of {token, principal, groups, approverIn}, mode 600
-    /// (default: <data>/tokens.yaml).
+    /// (default: tokens.yaml in the data folder).
     #[arg(long)]
     pub tokens: Option<PathBuf>,
     /// Local secrets for CredentialBindings: `mount/path: {field: value}`, mode 600.
@@ -52,6 +55,40 @@ pub fn executor_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
     Ok(vec![exe.into(), "executor".into()])
 }
 
+/// The data folder `toolgate local` uses for a workspace when `--data` is not given: outside the
+/// workspace, one per workspace, under $XDG_STATE_HOME/toolgate or ~/.local/state/toolgate.
+pub fn default_data_folder(workspace: &Path) -> anyhow::Result<PathBuf> {
+    use sha2::Digest;
+    let workspace = std::fs::canonicalize(workspace)
+        .with_context(|| format!("--workspace {}", workspace.display()))?;
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .context(
+            "neither XDG_STATE_HOME nor HOME is set: pass --data <folder outside the workspace>",
+        )?;
+    let name: String = workspace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let hash = hex::encode(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes())[..4]);
+    Ok(state.join("toolgate").join(format!("{name}-{hash}")))
+}
+
 /// Start the runtime and bind the listener.
 pub async fn start(
     manifests: &Path,
@@ -64,9 +101,32 @@ pub async fn start(
         .with_context(|| format!("--workspace {}", workspace.display()))?;
     std::fs::create_dir_all(data).with_context(|| format!("--data {}", data.display()))?;
     let data = std::fs::canonicalize(data)?;
+    if workspace.starts_with(&data) {
+        anyhow::bail!(
+            "--workspace {} is inside --data {}: the data folder holds the call store, other calls' specs and artifacts, and no sandbox may see it. Put the data folder outside the workspace",
+            workspace.display(),
+            data.display()
+        );
+    }
+    if data.starts_with(&workspace) {
+        tracing::info!(
+            data = %data.display(),
+            "the data folder is inside the workspace; every sandbox gets it hidden (a folder outside the workspace is simpler)"
+        );
+    }
     if toolgate_sandbox::spawn::bwrap_path().is_none() {
         anyhow::bail!(
             "bubblewrap (bwrap) is not installed; the embedded runtime runs every call inside it. Install it with scripts/install-deps.sh (apt-get install bubblewrap)"
+        );
+    }
+    let listen_addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(listen)
+        .await
+        .with_context(|| format!("--listen {listen}: expected host:port"))?
+        .collect();
+    if let Some(open) = listen_addrs.iter().find(|a| !a.ip().is_loopback()) {
+        anyhow::bail!(
+            "--listen {listen}: {} is not a loopback address. The API serves bearer tokens without TLS, so toolgate local listens on loopback only (127.0.0.1 or [::1]); reach it from elsewhere through an SSH tunnel or a TLS-terminating proxy",
+            open.ip()
         );
     }
     let runtime = Runtime::start(Config {
@@ -96,10 +156,14 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let data = match &args.data {
+            Some(d) => d.clone(),
+            None => default_data_folder(&args.workspace)?,
+        };
         let tokens_path = args
             .tokens
             .clone()
-            .unwrap_or_else(|| args.data.join("tokens.yaml"));
+            .unwrap_or_else(|| data.join("tokens.yaml"));
         if !tokens_path.exists() {
             anyhow::bail!(
                 "no tokens file at {}: create one (mode 600) mapping bearer tokens to principals, e.g.\n\
@@ -114,7 +178,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             Some(p) => Arc::new(FileBroker::load(p)?),
             None => Arc::new(NoBroker),
         };
-        let started = start(&args.manifests, &args.data, &args.workspace, &args.listen, broker).await?;
+        let started = start(&args.manifests, &data, &args.workspace, &args.listen, broker).await?;
         let loaded = started.runtime.loaded();
         outln!(
             "toolgate local: serving toolgate.v1 on {} ({} tools, {} objects from {}; data in {})",
@@ -122,7 +186,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             loaded.registry.tool_count(),
             loaded.objects.len(),
             args.manifests.display(),
-            args.data.display()
+            data.display()
         );
         toolgate_api::serve(
             Arc::new(started.runtime),

@@ -226,3 +226,152 @@ async fn list_filters_and_page_tokens_are_checked() {
         .expect_err("an escape sequence");
     assert_eq!(field_of(&e).as_deref(), Some("reason"));
 }
+
+/// The README's own setup once put the data folder inside the workspace: a read tool saw other
+/// calls' artifacts and the store, a write tool replaced the store. Wherever the data folder is,
+/// no sandbox sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_data_folder_is_never_reachable_from_a_tool_even_inside_the_workspace() {
+    let dir = setup();
+    let ws = dir.path().join("workspace");
+    let data = ws.join(".toolgate");
+    let mut server = Server::start_in(dir.path(), &data, &ws);
+    let mut c = server.client().await;
+    let marker = "zz-artifact-marker-4471";
+    let echo = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": marker}),
+        "execute",
+    )
+    .await;
+    let echo = wait_phase(&mut c, &echo.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(echo.phase, "Succeeded", "{:#?}", echo.conditions);
+    assert!(data.join("artifacts/team-a").join(&echo.id).exists());
+
+    let search = submit(
+        &mut c,
+        "code.search",
+        serde_json::json!({"text": marker, "path": "."}),
+        "search",
+    )
+    .await;
+    let search = wait_phase(&mut c, &search.id, &["Succeeded", "Failed"]).await;
+    assert!(
+        !search.output_preview.contains(marker),
+        "a search saw another call's artifact: {}",
+        search.output_preview
+    );
+    for path in [
+        ".toolgate/toolgate.redb".to_string(),
+        format!(".toolgate/calls/team-a/{}/events.jsonl", echo.id),
+        format!(".toolgate/artifacts/team-a/{}/stdout", echo.id),
+    ] {
+        let read = submit(
+            &mut c,
+            "file.read",
+            serde_json::json!({"path": path}),
+            "read",
+        )
+        .await;
+        let read = wait_phase(&mut c, &read.id, &["Succeeded", "Failed", "Denied"]).await;
+        assert_ne!(read.phase, "Succeeded", "{path} was readable: {read:#?}");
+        assert!(!read.output_preview.contains(marker), "{path}");
+    }
+    let write = submit(
+        &mut c,
+        "file.write",
+        serde_json::json!({"path": ".toolgate/toolgate.redb", "content": "evil"}),
+        "write",
+    )
+    .await;
+    let write = wait_phase(&mut c, &write.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_ne!(write.phase, "Succeeded", "{:#?}", write.conditions);
+    // The store is intact: a restart finds every call.
+    server.kill9();
+    drop(c);
+    let server = Server::start_in(dir.path(), &data, &ws);
+    let mut c = server.client().await;
+    assert_eq!(get(&mut c, &echo.id).await.phase, "Succeeded");
+}
+
+/// A store changed outside toolgate is refused at start with a way forward, never a panic.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_store_gives_a_clear_error_and_a_way_forward() {
+    let dir = setup();
+    let mut server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "hi"}),
+        "execute",
+    )
+    .await;
+    wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    server.stop();
+    let store = dir.path().join("data/toolgate.redb");
+    let mut bytes = std::fs::read(&store).expect("store");
+    for b in bytes.iter_mut().skip(512).step_by(3) {
+        *b ^= 0xff;
+    }
+    std::fs::write(&store, bytes).expect("damage");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("local")
+        .arg("--manifests")
+        .arg(dir.path().join("manifests"))
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .arg("--workspace")
+        .arg(dir.path().join("workspace"))
+        .arg("--tokens")
+        .arg(dir.path().join("tokens.yaml"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("toolgate local started on a damaged store");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("is damaged"), "{stderr}");
+    assert!(stderr.contains("Move it aside (mv "), "{stderr}");
+}
+
+/// Bearer tokens never cross a network in clear: a non-loopback address is refused.
+#[test]
+fn local_refuses_to_listen_beyond_loopback_without_tls() {
+    let dir = setup();
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("local")
+            .arg("--manifests")
+            .arg(dir.path().join("manifests"))
+            .arg("--data")
+            .arg(dir.path().join("data"))
+            .arg("--workspace")
+            .arg(dir.path().join("workspace"))
+            .arg("--tokens")
+            .arg(dir.path().join("tokens.yaml"))
+            .args(["--listen", listen])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{listen}: {stderr}");
+        assert!(stderr.contains("not a loopback address"), "{stderr}");
+    }
+}

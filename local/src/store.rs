@@ -45,6 +45,18 @@ pub fn call_folder(root: &Path, namespace: &str, id: &str) -> Result<PathBuf, St
     Ok(root.join(namespace).join(id))
 }
 
+/// Whether redb refused the file for what is in it (not for a lock, a permission or a disk).
+fn is_damage(e: &redb::DatabaseError) -> bool {
+    use redb::{DatabaseError, StorageError};
+    match e {
+        DatabaseError::Storage(StorageError::Corrupted(_)) => true,
+        DatabaseError::Storage(StorageError::Io(io)) => {
+            io.kind() == std::io::ErrorKind::InvalidData
+        }
+        _ => false,
+    }
+}
+
 /// One call as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,6 +138,16 @@ pub enum StoreError {
         /// What failed.
         message: String,
     },
+    /// The store file was changed outside toolgate (or by a failing disk).
+    #[error(
+        "the call store {path} is damaged ({message}); toolgate will not trust it. Move it aside (mv {path} {path}.damaged) to start with an empty store: the event logs under calls/ and the artifacts stay where they are"
+    )]
+    Damaged {
+        /// The file.
+        path: String,
+        /// What redb found.
+        message: String,
+    },
     /// A record could not be (de)serialized.
     #[error("call store record {id}: {source}")]
     Record {
@@ -170,7 +192,36 @@ impl Store {
             message,
         };
         std::fs::create_dir_all(data).map_err(|e| db_err(e.to_string()))?;
-        let db = Database::create(&path).map_err(|e| db_err(e.to_string()))?;
+        // Every page is checked at open: a file changed outside toolgate is refused with a way
+        // forward instead of trusted (redb may panic on a corrupted file it trusts). The
+        // catch_unwind is the last line should a check miss something.
+        let opened = std::panic::catch_unwind(|| {
+            Database::builder()
+                .set_check_integrity_on_open(true)
+                .set_repair_callback(|session| {
+                    tracing::warn!(
+                        progress = session.progress(),
+                        "repairing the call store after an unclean stop"
+                    );
+                })
+                .create(&path)
+        });
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(e)) if !is_damage(&e) => return Err(db_err(e.to_string())),
+            Ok(Err(e)) => {
+                return Err(StoreError::Damaged {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                });
+            }
+            Err(_) => {
+                return Err(StoreError::Damaged {
+                    path: path.display().to_string(),
+                    message: "the store's pages are not what redb wrote".into(),
+                });
+            }
+        };
         let tx = db.begin_write().map_err(|e| db_err(e.to_string()))?;
         {
             tx.open_table(CALLS).map_err(|e| db_err(e.to_string()))?;

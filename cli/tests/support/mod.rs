@@ -212,6 +212,14 @@ impl Server {
         Server { child, addr }
     }
 
+    /// Stop the server the way Ctrl-C does, and wait for it.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
