@@ -169,12 +169,27 @@ pub fn event_line(e: &pb::CallEvent) -> String {
     format!("  {mark} {:<18} {:<20} {}", e.r#type, e.reason, e.message)
 }
 
-/// A call in a few lines.
+/// A call in a few lines: what it is, how it stands and, when it was stopped, why.
 pub fn call_summary(c: &pb::Call) -> String {
-    let mut s = format!(
-        "{}  {}  {}  phase={} decision={} risk={}",
-        c.id, c.tool, c.principal, c.phase, c.decision, c.risk_tier
-    );
+    let mut s = format!("{}  {}  {}  phase={}", c.id, c.tool, c.principal, c.phase);
+    if !c.decision.is_empty() {
+        s.push_str(&format!(" decision={}", c.decision));
+    }
+    if !c.risk_tier.is_empty() {
+        s.push_str(&format!(" risk={}", c.risk_tier));
+    }
+    // The step that stopped it (StateUpdated only repeats that the call ended).
+    if let Some(stop) = c
+        .conditions
+        .iter()
+        .rev()
+        .find(|x| x.status == "False" && x.r#type != "StateUpdated")
+    {
+        s.push_str(&format!(
+            "\n  why: {} {}: {}",
+            stop.r#type, stop.reason, stop.message
+        ));
+    }
     if !c.output_preview.is_empty() {
         s.push_str(&format!(
             "\n  preview: {}",
@@ -188,6 +203,17 @@ pub fn call_summary(c: &pb::Call) -> String {
         ));
     }
     s
+}
+
+/// What a call's phase means as an exit code, the same codes as `toolgate check`: 0 it runs or
+/// ran, 3 it waits for an approval, 4 it was denied, 1 it failed or was cancelled.
+pub fn phase_exit_code(phase: &str) -> ExitCode {
+    match phase {
+        "AwaitingApproval" => ExitCode::from(crate::policy_cmds::EXIT_APPROVAL),
+        "Denied" => ExitCode::from(crate::policy_cmds::EXIT_DENY),
+        "Failed" | "Cancelled" => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// Client commands.
@@ -338,12 +364,13 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     .await
                     .map_err(status_error)?;
                 outln!("{}", call_summary(&call));
-                if watch {
-                    c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
-                    let end = c.get(&call.id).await.map_err(status_error)?;
-                    outln!("{}", call_summary(&end));
-                    return Ok(if end.phase == "Succeeded" { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                if !watch {
+                    return Ok(phase_exit_code(&call.phase));
                 }
+                c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
+                let end = c.get(&call.id).await.map_err(status_error)?;
+                outln!("{}", call_summary(&end));
+                return Ok(phase_exit_code(&end.phase));
             }
             ClientCommand::Get { id, json } => {
                 let call = c.get(&id).await.map_err(status_error)?;

@@ -31,6 +31,7 @@ fn object(kind_spec: Spec, name: String) -> Object {
             name,
             namespace: Some(NS.into()),
             labels: BTreeMap::from([("tier".into(), "gen".into())]),
+            annotations: BTreeMap::new(),
         },
         spec: kind_spec,
     }

@@ -45,6 +45,33 @@ impl ArgsReport {
     }
 }
 
+/// The args a tool runs with: the proposed ones, plus each `default` its input schema gives for
+/// a property the call left out (in nested objects too). JSON Schema's `default` is only an
+/// annotation; applying it here, in one place for both runtimes, keeps "path defaults to `.`"
+/// true when a template names `{{path}}`. The args digest stays the digest of what was proposed;
+/// the defaults come from the tool version the approval also binds.
+pub fn with_defaults(schema: &Value, args: Value) -> Value {
+    let Value::Object(mut map) = args else {
+        return args;
+    };
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Value::Object(map);
+    };
+    for (name, property) in properties {
+        match map.remove(name) {
+            Some(value) => {
+                map.insert(name.clone(), with_defaults(property, value));
+            }
+            None => {
+                if let Some(default) = property.get("default") {
+                    map.insert(name.clone(), default.clone());
+                }
+            }
+        }
+    }
+    Value::Object(map)
+}
+
 /// Validate args against a JSON Schema, after the size and depth limits. Compiles the schema;
 /// use [`validate_args_with`] with a compiled validator on hot paths.
 pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsReport {
@@ -184,6 +211,24 @@ mod tests {
         assert!(rules.contains(&("/path", "maxLength")), "{rules:?}");
         assert!(rules.contains(&("/path", "pattern")), "{rules:?}");
         assert!(rules.contains(&("", "additionalProperties")), "{rules:?}");
+    }
+
+    #[test]
+    fn schema_defaults_fill_what_the_call_left_out() {
+        let schema = json!({"type": "object", "properties": {
+            "text": {"type": "string"},
+            "path": {"type": "string", "default": "."},
+            "opts": {"type": "object", "properties": {"depth": {"type": "integer", "default": 3}}}
+        }});
+        assert_eq!(
+            with_defaults(&schema, json!({"text": "x"})),
+            json!({"text": "x", "path": "."})
+        );
+        assert_eq!(
+            with_defaults(&schema, json!({"text": "x", "path": "src", "opts": {}})),
+            json!({"text": "x", "path": "src", "opts": {"depth": 3}})
+        );
+        assert_eq!(with_defaults(&schema, json!([1])), json!([1]));
     }
 
     #[test]

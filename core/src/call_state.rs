@@ -253,13 +253,42 @@ pub fn reasons_text(d: &Decision) -> String {
         .join("; ")
 }
 
+/// Whether the call can be placed where this runtime runs calls, found before anyone is asked
+/// to approve it (invariant 10: the sandbox policy is resolved before anything executes; a human
+/// should not approve a call whose sandbox cannot be honoured). `place` is the runtime's own
+/// check of the target (local: the sandbox plan; cluster: the pod's NetworkPolicy and
+/// confinement); `None` when the call can be placed.
+pub fn unplaceable(
+    registry: &crate::registry::Registry,
+    objects: &crate::manifest::ObjectSet,
+    namespace: &str,
+    tool_name: &str,
+    place: impl FnOnce(&RunTarget<'_>) -> Result<(), String>,
+) -> Option<Vec<Step>> {
+    use toolgate_crds::conditions::SANDBOX_PREPARED;
+    let target = match run_target(registry, objects, namespace, tool_name) {
+        Ok(t) => t,
+        Err(steps) => return Some(steps),
+    };
+    place(&target).err().map(|e| {
+        cannot_run(
+            SANDBOX_PREPARED,
+            "SandboxRefused",
+            format!("SandboxPolicy {}: {e}", target.policy_name),
+        )
+    })
+}
+
 /// The steps a decision adds: ArgsValidated, PolicyChecked, and ApprovalRequested or the end.
+/// A call the decision lets run (now or once approved) must also be placeable: `unplaceable`
+/// (see [`unplaceable`]) is asked then, and its steps end the call before ApprovalRequested.
 pub fn decision_steps(
     status: &mut ToolCallStatus,
     spec: &ToolCallSpec,
     d: &Decision,
     required_scopes: &[String],
     now: Timestamp,
+    unplaceable: impl FnOnce() -> Option<Vec<Step>>,
 ) -> Vec<Step> {
     status.args_digest = d.args_digest.clone();
     status.tool_digest = d.tool_digest.clone();
@@ -284,6 +313,11 @@ pub fn decision_steps(
             .collect::<Vec<_>>()
             .join("; ");
         steps.push(Step::failed(ARGS_VALIDATED, "ArgsInvalid", v).then(CallPhase::Denied));
+        steps.push(Step::failed(
+            STATE_UPDATED,
+            "Denied",
+            "the call ended without running",
+        ));
         return steps;
     }
     if d.args_digest.is_some() {
@@ -298,6 +332,18 @@ pub fn decision_steps(
         ));
     }
     let first_code = d.reasons.last().map(|r| r.code).unwrap_or("decided");
+    if d.outcome != DecisionOutcome::Deny
+        && let Some(refused) = unplaceable()
+    {
+        let reason = if d.outcome == DecisionOutcome::Allow {
+            "Allowed"
+        } else {
+            "ApprovalRequired"
+        };
+        steps.push(Step::ok(POLICY_CHECKED, reason, reasons));
+        steps.extend(refused);
+        return steps;
+    }
     match d.outcome {
         DecisionOutcome::Deny => {
             steps.push(
@@ -349,16 +395,18 @@ pub fn finished_steps(
     let mut steps = vec![if ok {
         Step::ok(FINISHED, "Completed", format!("{exit}{}", after(elapsed)))
     } else {
-        let why = result
-            .error
-            .as_ref()
-            .map(|e| format!("{}: {}", e.code, e.message))
-            .unwrap_or_else(|| format!("{:?}", result.status).to_lowercase());
-        Step::failed(
-            FINISHED,
-            "ToolFailed",
-            format!("{exit}{}: {why}", after(elapsed)),
-        )
+        // The error's message names what happened (which exit code, which signal, which limit)
+        // and the tool's own words; only without an error does the exit code lead.
+        let message = match &result.error {
+            Some(e) if e.message.trim().is_empty() => format!("{}{}", e.code, after(elapsed)),
+            Some(e) => format!("{}{}: {}", e.code, after(elapsed), e.message),
+            None => format!(
+                "{exit}{}: {}",
+                after(elapsed),
+                format!("{:?}", result.status).to_lowercase()
+            ),
+        };
+        Step::failed(FINISHED, "ToolFailed", message)
     }];
     match &result.verifier {
         Some(v) if v.status == VerifierStatus::Failed => steps.push(Step::failed(

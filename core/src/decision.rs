@@ -233,6 +233,12 @@ pub fn decide(
         format!("args satisfy the input schema of {}", tool.name),
     );
 
+    if let Some(why) = tool.held_for_review() {
+        return d.deny(
+            "description-review",
+            format!("{} is held: {why}", tool.name),
+        );
+    }
     if !tool.is_callable() {
         return d.deny(
             "tool-not-enabled",

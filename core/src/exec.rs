@@ -236,7 +236,7 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         api_version: EXEC_SPEC_VERSION.into(),
         call: input.call,
         execution: input.tool.execution.clone(),
-        args: input.args,
+        args: crate::args::with_defaults(&input.tool.schemas.input_schema, input.args),
         dry_run: input.dry_run,
         limits: ExecLimits {
             timeout_ms: u64::from(input.tool.execution.timeout_ms.min(process.timeout_ms)),

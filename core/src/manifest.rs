@@ -48,6 +48,9 @@ pub struct Meta {
     /// `metadata.labels`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations` (a review of a flagged description is one).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The namespace a manifest without one is applied to.

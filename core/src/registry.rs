@@ -46,14 +46,31 @@ impl RegisteredTool {
     pub fn is_callable(&self) -> bool {
         matches!(self.lifecycle, Lifecycle::Enabled | Lifecycle::Deprecated)
     }
+
+    /// Why a tool is held back for instruction-like text in what a model would see, if it is:
+    /// its first such finding, as `path: message`.
+    pub fn held_for_review(&self) -> Option<String> {
+        if self.is_callable() {
+            return None;
+        }
+        self.findings
+            .iter()
+            .find(|f| f.code == crate::lint::poisoning::CODE)
+            .map(|f| format!("{}: {}", f.path, f.message))
+    }
 }
 
 /// Register a descriptor: lint it against the objects it refers to, decide its lifecycle and
 /// compute its digest.
 pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> RegisteredTool {
     let findings = descriptor_findings(obj, spec, set);
-    let lifecycle = lifecycle_of(spec, &findings);
     let digest = digest::descriptor_digest(spec).unwrap_or_else(|_| digest::sha256(b""));
+    let reviewed = obj
+        .meta
+        .annotations
+        .get(crate::lint::poisoning::REVIEWED_ANNOTATION)
+        .is_some_and(|d| *d == digest);
+    let lifecycle = lifecycle_of(spec, &findings, reviewed);
     let input_validator = jsonschema::options()
         .should_validate_formats(true)
         .build(&spec.schemas.input_schema)
@@ -101,11 +118,23 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
 
 /// The lifecycle a descriptor's findings put it in. Errors decide the failure state; the most
 /// fundamental problem wins (a broken schema before a permission problem before a sandbox one).
-pub fn lifecycle_of(spec: &ToolDescriptorSpec, findings: &[crate::lint::Local]) -> Lifecycle {
+/// Instruction-like text blocks a tool from outside; in a first-party or workspace tool it keeps
+/// the tool `verified` (out of every view, not callable) until `reviewed` says a person read this
+/// exact version.
+pub fn lifecycle_of(
+    spec: &ToolDescriptorSpec,
+    findings: &[crate::lint::Local],
+    reviewed: bool,
+) -> Lifecycle {
+    let poisoned = |severity: Severity| {
+        findings
+            .iter()
+            .any(|(s, _, c, _)| *s == severity && *c == crate::lint::poisoning::CODE)
+    };
     if spec.disabled {
         return Lifecycle::Disabled;
     }
-    if spec.provenance.trust_level == TrustLevel::Untrusted {
+    if spec.provenance.trust_level == TrustLevel::Untrusted || poisoned(Severity::Error) {
         return Lifecycle::Blocked;
     }
     let errors: Vec<(&str, &str)> = findings
@@ -130,6 +159,9 @@ pub fn lifecycle_of(spec: &ToolDescriptorSpec, findings: &[crate::lint::Local]) 
     }
     if !errors.is_empty() {
         return Lifecycle::PermissionLintFailed;
+    }
+    if poisoned(Severity::Warning) && !reviewed {
+        return Lifecycle::Verified;
     }
     if spec.deprecation.is_some() {
         return Lifecycle::Deprecated;

@@ -355,6 +355,9 @@ fn gate(tool: &RegisteredTool) -> Result<(), HiddenTool> {
             reason,
         })
     };
+    if let Some(why) = tool.held_for_review() {
+        return hide("description-review", why);
+    }
     if !tool.is_callable() {
         return hide(
             "tool-not-enabled",

@@ -276,8 +276,11 @@ pub(crate) async fn run_http(
         spec,
         out,
         None,
-        Some(status),
-        timed_out,
+        crate::run::Ended {
+            code: Some(status),
+            signal: None,
+            timed_out,
+        },
         structured,
         started,
     );

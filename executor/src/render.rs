@@ -35,7 +35,7 @@ pub enum RenderError {
     },
     /// A value that would be read as an option.
     #[error(
-        "{field}: arg {name:?} starts with '-' and would be read as an option; put `--` before it in the argv template"
+        "{field}: arg {name:?} starts with '-' and would be read as an option; put `--` before it in the argv template (or pass it as an option's argument: `-e`, `{{{{{name}}}}}`)"
     )]
     LeadingDash {
         /// Where.
@@ -82,21 +82,29 @@ fn present<'a>(args: &'a Value, name: &str) -> Option<&'a Value> {
 ///   array; an absent optional (`{{name?}}`) drops it;
 /// - an element that mixes text and placeholders is interpolated; if it names an absent
 ///   optional arg the whole element is dropped (so optional flags are `--flag={{name?}}`);
-/// - a value may start with '-' only after a literal `--` element.
+/// - a value may start with '-' only after a literal `--` element, inside an element that
+///   itself starts with a literal option (`--path={{path}}`), or as the one value right after a
+///   literal option element (`-e {{text}}`, `--path {{path}}`): that option takes it as its
+///   argument. A positional value goes after `--`.
 pub fn render_argv(template: &[String], args: &Value) -> Result<Vec<String>, RenderError> {
     let mut out = Vec::with_capacity(template.len());
     let mut options_ended = false;
+    // The previous element was a literal option (`-e`, `--path`) waiting for its argument.
+    let mut option_argument = false;
     for (i, element) in template.iter().enumerate() {
         let field = format!("execution.argv[{i}]");
         let segments = parse(element).map_err(|source| RenderError::Template {
             field: field.clone(),
             source,
         })?;
+        let after_option = std::mem::take(&mut option_argument);
         match segments.as_slice() {
             [] => out.push(String::new()),
             [Segment::Literal(l)] => {
                 if *l == "--" {
                     options_ended = true;
+                } else if !options_ended && l.starts_with('-') && l.len() > 1 && !l.contains('=') {
+                    option_argument = true;
                 }
                 out.push((*l).to_string());
             }
@@ -114,13 +122,14 @@ pub fn render_argv(template: &[String], args: &Value) -> Result<Vec<String>, Ren
                     Value::Array(a) => a.iter().collect(),
                     other => vec![other],
                 };
-                for item in items {
+                for (n, item) in items.into_iter().enumerate() {
                     let s = scalar(item).ok_or_else(|| RenderError::NotScalar {
                         field: field.clone(),
                         name: (*name).into(),
                         hint: " (or an array of them)",
                     })?;
-                    check_value(&field, name, &s, options_ended)?;
+                    // Only the first value is the option's argument; the rest are operands.
+                    check_value(&field, name, &s, options_ended || (after_option && n == 0))?;
                     out.push(s);
                 }
             }
@@ -328,6 +337,33 @@ mod tests {
             argv(&["x", "--path={{p}}"], json!({"p": "-y"})).unwrap(),
             vec!["x", "--path=-y"]
         );
+    }
+
+    #[test]
+    fn a_value_right_after_a_literal_option_is_its_argument() {
+        // `grep -e {{text}}`: grep takes `-rf` as the pattern, not as options.
+        assert_eq!(
+            argv(
+                &["grep", "-e", "{{text}}", "--", "{{path}}"],
+                json!({"text": "-rf", "path": "."})
+            )
+            .unwrap(),
+            vec!["grep", "-e", "-rf", "--", "."]
+        );
+        assert_eq!(
+            argv(&["x", "--path", "{{p}}"], json!({"p": "-y"})).unwrap(),
+            vec!["x", "--path", "-y"]
+        );
+        // Only one value: the second item of an array is an operand again.
+        let e = argv(&["x", "-e", "{{p}}"], json!({"p": ["-a", "-b"]})).unwrap_err();
+        assert!(matches!(e, RenderError::LeadingDash { .. }), "{e}");
+        // Not after an element that merely ends with a value, nor two elements later.
+        let e = argv(&["x", "-e", "a", "{{p}}"], json!({"p": "-y"})).unwrap_err();
+        assert!(matches!(e, RenderError::LeadingDash { .. }), "{e}");
+        let e = argv(&["x", "--opt=1", "{{p}}"], json!({"p": "-y"})).unwrap_err();
+        assert!(matches!(e, RenderError::LeadingDash { .. }), "{e}");
+        let e = argv(&["x", "-", "{{p}}"], json!({"p": "-y"})).unwrap_err();
+        assert!(matches!(e, RenderError::LeadingDash { .. }), "{e}");
     }
 
     #[test]

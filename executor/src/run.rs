@@ -423,7 +423,9 @@ async fn run_cli(
     };
     let wait = async {
         match tokio::time::timeout(timeout, child.wait()).await {
-            Ok(status) => (status.ok(), false),
+            // Past the deadline is a timeout even when the process ended on its own: a fork bomb
+            // can starve the timer until its processes die, and its exit 0 proves nothing.
+            Ok(status) => (status.ok(), started.elapsed() >= timeout),
             Err(_) => {
                 kill_group(pid);
                 (child.wait().await.ok(), true)
@@ -455,13 +457,16 @@ async fn run_cli(
     r_err?;
     let out = out.finish(Some("standard output".into())).await?;
     let err = err.finish(Some("standard error".into())).await?;
-    let exit_code = status.and_then(|s| s.code());
+    use std::os::unix::process::ExitStatusExt;
     Ok(assemble(
         spec,
         out,
         Some(err),
-        exit_code,
-        timed_out,
+        Ended {
+            code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            timed_out,
+        },
         structured,
         started,
     ))
@@ -483,7 +488,7 @@ async fn run_builtin(
         Ok(message) => {
             out.write(format!("{message}\n").as_bytes()).await?;
             let out = out.finish(Some("operation report".into())).await?;
-            Ok(assemble(spec, out, None, Some(0), false, None, started))
+            Ok(assemble(spec, out, None, Ended::code(0), None, started))
         }
         Err(e) => {
             let o = out.finish(None).await?;
@@ -530,17 +535,51 @@ pub(crate) fn failure(
     }
 }
 
-/// Build the result from what the streams produced. `exit_code` is the process exit code or the
-/// HTTP status; `success` says whether it counts as success.
+/// How a process (or request) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// The exit code, or the HTTP status.
+    pub code: Option<i32>,
+    /// The signal that ended the process.
+    pub signal: Option<i32>,
+    /// It ran past its deadline (and was killed, or ended late).
+    pub timed_out: bool,
+}
+
+impl Ended {
+    /// Ended with a code, in time.
+    pub(crate) fn code(code: i32) -> Ended {
+        Ended {
+            code: Some(code),
+            signal: None,
+            timed_out: false,
+        }
+    }
+}
+
+/// `SIGKILL (9)`.
+fn signal_name(signal: i32) -> String {
+    match nix::sys::signal::Signal::try_from(signal) {
+        Ok(s) => format!("{} ({signal})", s.as_str()),
+        Err(_) => format!("signal {signal}"),
+    }
+}
+
+/// Build the result from what the streams produced. `ended.code` is the process exit code or
+/// the HTTP status.
 pub(crate) fn assemble(
     spec: &ExecSpec,
     out: SinkOutcome,
     err: Option<SinkOutcome>,
-    exit_code: Option<i32>,
-    timed_out: bool,
+    ended: Ended,
     structured: Option<Vec<u8>>,
     started: Instant,
 ) -> CallResult {
+    let Ended {
+        code: exit_code,
+        signal,
+        timed_out,
+    } = ended;
     let http = spec.execution.adapter == ExecutionAdapter::Http;
     let ok_code = match exit_code {
         Some(c) if http => (200..300).contains(&c),
@@ -561,9 +600,16 @@ pub(crate) fn assemble(
         },
         message: Some(match exit_code {
             Some(c) if http => format!("HTTP {c}"),
+            Some(c) if timed_out => format!(
+                "exit code {c}, past the {} ms limit",
+                spec.limits.timeout_ms
+            ),
             Some(c) => format!("exit code {c}"),
             None if timed_out => format!("killed after {} ms", spec.limits.timeout_ms),
-            None => "terminated by a signal".into(),
+            None => format!(
+                "killed by {}",
+                signal.map_or_else(|| "a signal".into(), signal_name)
+            ),
         }),
     }];
     checks.push(VerifierCheck {
@@ -645,14 +691,31 @@ pub(crate) fn assemble(
             .as_ref()
             .map(|e| String::from_utf8_lossy(&e.preview).into_owned())
             .unwrap_or_default();
-        let (code, retryable) = match exit_code {
-            Some(c) if http => (format!("http-{c}"), c == 429 || c >= 500),
-            Some(_) => ("exit-nonzero".into(), false),
-            None => ("signal".into(), false),
+        let (code, retryable, what) = match exit_code {
+            Some(c) if http => (
+                format!("http-{c}"),
+                c == 429 || c >= 500,
+                format!("HTTP {c}"),
+            ),
+            Some(c) => ("exit-nonzero".into(), false, format!("exit code {c}")),
+            None => (
+                "signal".into(),
+                false,
+                format!(
+                    "killed by {}",
+                    signal.map_or_else(|| "a signal".into(), signal_name)
+                ),
+            ),
         };
+        let stderr_head = stderr_head.trim();
         Some(CallError {
             code,
-            message: cut(stderr_head.trim(), 512),
+            // Name what happened; the tool's own words follow when it said any.
+            message: if stderr_head.is_empty() {
+                what
+            } else {
+                cut(&format!("{what}: {stderr_head}"), 512)
+            },
             retryable,
             safe_to_show_user: false,
         })

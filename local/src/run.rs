@@ -137,38 +137,25 @@ fn prepare(
         rec.status.authorization = decision.authorization(Timestamp::now());
         return Err(steps);
     }
-    let RunTarget {
-        tool,
-        policy_name,
-        policy,
-        binding,
-    } = run_target(
+    let target = run_target(
         &loaded.registry,
         &loaded.objects,
         &rec.namespace,
         &rec.spec.tool_ref.name,
     )?;
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let mut plan = match toolgate_sandbox::resolve(
+    let RunTarget {
+        tool,
+        policy_name,
         policy,
-        &Context {
-            workspace: &config.workspace,
-            env: &env,
-            private: std::slice::from_ref(&config.data),
-            timeout_ms: Some(u64::from(tool.spec.execution.timeout_ms)),
-            executor_is_the_only_client: tool.spec.execution.adapter
-                == toolgate_crds::ExecutionAdapter::Http,
-        },
-    ) {
-        Ok(p) => p,
-        Err(e) => {
-            return Err(fail(
-                SANDBOX_PREPARED,
-                "SandboxRefused",
-                format!("SandboxPolicy {policy_name}: {e}"),
-            ));
-        }
-    };
+        binding,
+    } = target;
+    let (mut plan, confinement) = sandbox_plan(config, &target).map_err(|e| {
+        fail(
+            SANDBOX_PREPARED,
+            "SandboxRefused",
+            format!("SandboxPolicy {policy_name}: {e}"),
+        )
+    })?;
     let io = |what: &str, e: std::io::Error| {
         fail(
             SANDBOX_PREPARED,
@@ -194,13 +181,6 @@ fn prepare(
             .create(d)
             .map_err(|e| io("creating the call's folders", e))?;
     }
-    let confinement = toolgate_sandbox::plan::confinement(policy).map_err(|e| {
-        fail(
-            SANDBOX_PREPARED,
-            "SandboxRefused",
-            format!("SandboxPolicy {policy_name}: {e}"),
-        )
-    })?;
     let described = describe(policy_name, &plan);
     // The executor inside sees: its program, the spec and credentials (read-only), its output
     // folder and this call's artifact folder (writable). Nothing else of the data folder.
@@ -316,6 +296,28 @@ fn prepare(
         },
         steps,
     ))
+}
+
+/// The sandbox a call's target runs in on this machine, and the Landlock rules of its policy;
+/// or why this runtime cannot honour the policy. Pure apart from reading the environment, so
+/// it is asked at proposal time too, before anyone approves the call.
+pub(crate) fn sandbox_plan(
+    config: &crate::runtime::Config,
+    target: &RunTarget<'_>,
+) -> Result<(toolgate_sandbox::SandboxPlan, FsRules), toolgate_sandbox::ResolveError> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let plan = toolgate_sandbox::resolve(
+        target.policy,
+        &Context {
+            workspace: &config.workspace,
+            env: &env,
+            private: std::slice::from_ref(&config.data),
+            timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
+            executor_is_the_only_client: target.tool.spec.execution.adapter
+                == toolgate_crds::ExecutionAdapter::Http,
+        },
+    )?;
+    Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
 
 fn describe(policy: &str, plan: &toolgate_sandbox::SandboxPlan) -> String {

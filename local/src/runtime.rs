@@ -11,7 +11,9 @@ use jiff::Timestamp;
 use tokio::sync::broadcast;
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::args::ArgsLimits;
-use toolgate_core::call_state::{Step, apply, decision_steps, is_terminal, phase_name};
+use toolgate_core::call_state::{
+    Step, apply, decision_steps, is_terminal, phase_name, unplaceable,
+};
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
 use toolgate_core::lint::Linter;
 use toolgate_core::principal::Principal;
@@ -222,12 +224,26 @@ impl Runtime {
             .tool(&rec.namespace, &rec.spec.tool_ref.name)
             .map(|t| t.spec.permissions.required_scopes.clone())
             .unwrap_or_default();
+        let config = &self.inner.config;
         steps.extend(decision_steps(
             &mut rec.status,
             &rec.spec,
             &decision,
             &scopes,
             Timestamp::now(),
+            || {
+                unplaceable(
+                    &loaded.registry,
+                    &loaded.objects,
+                    &rec.namespace,
+                    &rec.spec.tool_ref.name,
+                    |target| {
+                        crate::run::sandbox_plan(config, target)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    },
+                )
+            },
         ));
         let events = record_steps(&mut rec, &steps);
         self.inner

@@ -199,10 +199,9 @@ impl Store {
             Database::builder()
                 .set_check_integrity_on_open(true)
                 .set_repair_callback(|session| {
-                    tracing::warn!(
-                        progress = session.progress(),
-                        "repairing the call store after an unclean stop"
-                    );
+                    if session.progress() == 0.0 {
+                        tracing::warn!("repairing the call store after an unclean stop");
+                    }
                 })
                 .create(&path)
         });

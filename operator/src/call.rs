@@ -369,12 +369,27 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
                 .map(|t| t.spec.permissions.required_scopes.clone())
                 .unwrap_or_default();
             let mut steps = vec![toolgate_core::call_state::requested(&call.spec)];
+            let uid = call.metadata.uid.clone().unwrap_or_default();
+            let owner = Owner {
+                name: &name,
+                namespace: ns,
+                uid: &uid,
+            };
             steps.extend(decision_steps(
                 &mut status,
                 &call.spec,
                 &decision,
                 &scopes,
                 jiff::Timestamp::now(),
+                || {
+                    toolgate_core::call_state::unplaceable(
+                        &cluster.registry,
+                        &cluster.objects,
+                        ns,
+                        &call.spec.tool_ref.name,
+                        |t| placeable(&owner, t, &ctx.config.artifact_egress),
+                    )
+                },
             ));
             ctx.record(call, &mut status, &steps).await?;
             Ok(Action::requeue(Duration::from_millis(100)))
@@ -481,6 +496,24 @@ async fn mark_approvals(
 }
 
 /// Build and apply the children of an authorized call.
+/// Whether a call's pod could be built: its NetworkPolicy and its Landlock confinement. Asked
+/// before anyone approves the call, and again (with the workspace claim) when it starts.
+fn placeable(
+    owner: &Owner<'_>,
+    target: &RunTarget<'_>,
+    artifact_egress: &[String],
+) -> Result<(), String> {
+    build::network_policy(
+        owner,
+        target.policy,
+        target.tool.spec.execution.adapter,
+        artifact_egress,
+    )
+    .map_err(|e| e.to_string())?;
+    toolgate_sandbox::plan::confinement(target.policy).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 async fn start(
     call: &ToolCall,
     ctx: &Context,

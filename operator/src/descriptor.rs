@@ -52,6 +52,12 @@ pub(crate) fn meta_of<K: Resource>(k: &K) -> Meta {
         name: m.name.clone().unwrap_or_default(),
         namespace: m.namespace.clone(),
         labels: m.labels.clone().unwrap_or_default().into_iter().collect(),
+        annotations: m
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! Every problem is reported, each with its file, object and field path, what was expected and
 //! what was found. Nothing stops at the first problem.
 
+pub mod poisoning;
 mod rules;
 mod schema;
 

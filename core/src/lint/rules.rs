@@ -465,6 +465,34 @@ fn descriptor(
         }
     }
 
+    // Instructions to the model hidden in what it is shown: a warning for the platform team's
+    // and the workspace's own tools (a reviewer must look before it reaches a view), an error
+    // for anything from outside.
+    let severity = match d.provenance.trust_level {
+        TrustLevel::FirstParty | TrustLevel::Workspace => Severity::Warning,
+        TrustLevel::ThirdParty | TrustLevel::Untrusted => Severity::Error,
+    };
+    let poisoned = super::poisoning::findings(d);
+    if !poisoned.is_empty() {
+        let review = match severity {
+            Severity::Warning => format!(
+                "; the tool stays out of every view until a reviewer who read this version sets metadata.annotations[\"{}\"] to {:?}",
+                super::poisoning::REVIEWED_ANNOTATION,
+                digest::descriptor_digest(d).unwrap_or_default()
+            ),
+            Severity::Error => "; from a third party this blocks the tool".into(),
+        };
+        for (path, found) in poisoned {
+            out.push((
+                severity,
+                path,
+                super::poisoning::CODE,
+                format!(
+                    "model-visible text holds {found}: rewrite it as a plain description{review}"
+                ),
+            ));
+        }
+    }
     if d.provenance.trust_level == TrustLevel::Untrusted {
         out.push((
             Severity::Warning,
