@@ -892,3 +892,45 @@ fn the_tool_cannot_read_the_executors_environment() {
     );
     assert!(stderr.contains("Permission denied"), "{stderr}");
 }
+
+/// As in a pod, with no bubblewrap around it: the executor puts the sandbox's seccomp filters
+/// and its Landlock rules on the tool itself, so a tool cannot leave a setuid file, a device
+/// node or a FIFO in the workspace.
+#[test]
+fn a_tool_run_without_bubblewrap_cannot_make_setuid_files_devices_or_fifos() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tmp");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("ws");
+    let script = format!(
+        "cd {ws}; cp /bin/sh sh && echo copied; chmod 4755 sh; chmod g+s sh; mkdir -m 2775 sgid; \
+         mkfifo fifo; mknod null c 1 3; echo end",
+        ws = ws.display()
+    );
+    for confined in [false, true] {
+        let mut spec = base_spec(&dir.path().join("art"), json!(["sh", "-c", script]));
+        if confined {
+            spec["confinement"] = json!({"write": [ws.display().to_string()]});
+            spec["call"]["name"] = json!("call-confined");
+        }
+        let r = run_spec(dir.path(), &spec);
+        let out = std::fs::read_to_string(local_file(artifact(&r.result, "stdout"))).expect("out");
+        assert!(
+            out.contains("copied") && out.contains("end"),
+            "{out} {:#}",
+            r.result
+        );
+        for entry in std::fs::read_dir(&ws).expect("ws").flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).expect("meta");
+            let t = meta.file_type();
+            assert_eq!(meta.permissions().mode() & 0o6000, 0, "{:?}", entry.path());
+            assert!(
+                !t.is_fifo() && !t.is_char_device() && !t.is_block_device(),
+                "{:?}",
+                entry.path()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&ws);
+        std::fs::create_dir_all(&ws).expect("ws");
+    }
+}

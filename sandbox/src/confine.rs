@@ -216,7 +216,11 @@ impl Confinement {
         for (path, grant, entry) in grants(rules, &roots, &list_on_disk) {
             let mut access: BitFlags<AccessFs> = match grant {
                 Grant::Read => read,
-                Grant::Write => all,
+                // Write roots get every right but making device nodes and FIFOs, which a tool
+                // has no business leaving in a workspace.
+                Grant::Write => {
+                    all & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::MakeFifo)
+                }
                 Grant::List => AccessFs::ReadDir.into(),
             };
             if entry != EntryKind::Dir {

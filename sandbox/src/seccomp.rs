@@ -117,17 +117,26 @@ const ARCH: TargetArch = TargetArch::aarch64;
 fn compile(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     action: SeccompAction,
-) -> Result<Vec<u8>, FilterError> {
+) -> Result<BpfProgram, FilterError> {
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, ARCH)
         .map_err(|e| FilterError(e.to_string()))?;
-    let program: BpfProgram = filter
+    filter
         .try_into()
-        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))?;
-    Ok(to_bytes(&program))
+        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))
 }
 
 /// The deny-list filter (EPERM), as raw BPF instructions.
 pub fn deny_filter() -> Result<Vec<u8>, FilterError> {
+    Ok(to_bytes(&deny_program()?))
+}
+
+/// The `clone3`/`openat2` → ENOSYS filter, as raw BPF instructions.
+pub fn clone3_filter() -> Result<Vec<u8>, FilterError> {
+    Ok(to_bytes(&clone3_program()?))
+}
+
+/// The deny-list filter (EPERM).
+fn deny_program() -> Result<BpfProgram, FilterError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|(_, nr)| (*nr, Vec::new())).collect();
     let clone_rules = NAMESPACE_FLAGS
@@ -169,12 +178,33 @@ pub fn deny_filter() -> Result<Vec<u8>, FilterError> {
 /// `clone3` and `openat2` answer ENOSYS: their flags and modes sit in memory a filter cannot
 /// read, and ENOSYS makes libc and language runtimes fall back to `clone` and `openat`, whose
 /// arguments the deny filter checks (what container runtimes do).
-pub fn clone3_filter() -> Result<Vec<u8>, FilterError> {
+fn clone3_program() -> Result<BpfProgram, FilterError> {
     let rules = BTreeMap::from([
         (libc::SYS_clone3, Vec::new()),
         (libc::SYS_openat2, Vec::new()),
     ]);
     compile(rules, SeccompAction::Errno(libc::ENOSYS as u32))
+}
+
+/// Install the same filters on the process `cmd` starts, between fork and exec: the executor
+/// does this for the tool it runs, so a pod (where no bubblewrap hands them over) refuses setuid
+/// modes, device nodes, FIFOs and new namespaces the same way the embedded sandbox does. The
+/// programs are built here, before the fork; the child only makes the system calls.
+pub fn apply_in_child(cmd: &mut std::process::Command) -> Result<(), FilterError> {
+    use std::os::unix::process::CommandExt;
+    let programs = [deny_program()?, clone3_program()?];
+    // SAFETY: between fork and exec the child only calls prctl(2) and seccomp(2) with programs
+    // built before the fork; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &programs {
+                // errno says why; nothing is allocated in the child.
+                seccompiler::apply_filter(p).map_err(|_| std::io::Error::last_os_error())?;
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// `struct sock_filter` in the kernel's (native) layout: u16 code, u8 jt, u8 jf, u32 k.

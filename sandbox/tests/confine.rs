@@ -144,3 +144,24 @@ fn devices_are_usable_but_not_every_file_in_dev() {
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!std::path::Path::new("/dev/toolgate-forged-result").exists());
 }
+
+#[test]
+fn a_write_root_takes_files_and_folders_but_not_fifos_or_device_nodes() {
+    let dir = scratch();
+    let w = dir.path();
+    let (_, out, err) = confined(
+        &FsRules {
+            write: vec![w.to_path_buf()],
+            ..Default::default()
+        },
+        &format!(
+            "cd {}; echo x > f && mkdir d && echo made; mkfifo fifo || echo fifo-refused; echo end",
+            w.display()
+        ),
+    );
+    assert!(
+        out.contains("made") && out.contains("fifo-refused"),
+        "{out} {err}"
+    );
+    assert!(!w.join("fifo").exists());
+}
