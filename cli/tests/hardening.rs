@@ -316,22 +316,17 @@ async fn a_damaged_store_gives_a_clear_error_and_a_way_forward() {
         *b ^= 0xff;
     }
     std::fs::write(&store, bytes).expect("damage");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("local")
-        .arg("--manifests")
-        .arg(dir.path().join("manifests"))
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .arg("--workspace")
-        .arg(dir.path().join("workspace"))
-        .arg("--tokens")
-        .arg(dir.path().join("tokens.yaml"))
-        .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_BACKTRACE", "0")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs");
+    let mut child = local_command(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+    )
+    .args(["--listen", "127.0.0.1:0"])
+    .env("RUST_BACKTRACE", "0")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("runs");
     let started = std::time::Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
@@ -357,19 +352,14 @@ async fn a_damaged_store_gives_a_clear_error_and_a_way_forward() {
 fn local_refuses_to_listen_beyond_loopback_without_tls() {
     let dir = setup();
     for listen in ["0.0.0.0:0", "[::]:0"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .arg("local")
-            .arg("--manifests")
-            .arg(dir.path().join("manifests"))
-            .arg("--data")
-            .arg(dir.path().join("data"))
-            .arg("--workspace")
-            .arg(dir.path().join("workspace"))
-            .arg("--tokens")
-            .arg(dir.path().join("tokens.yaml"))
-            .args(["--listen", listen])
-            .output()
-            .expect("runs");
+        let out = local_command(
+            dir.path(),
+            &dir.path().join("data"),
+            &dir.path().join("workspace"),
+        )
+        .args(["--listen", listen])
+        .output()
+        .expect("runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{listen}: {stderr}");
         assert!(stderr.contains("not a loopback address"), "{stderr}");

@@ -717,19 +717,14 @@ fn the_demo_plays_the_whole_scenario() {
 fn local_refuses_to_start_on_bad_manifests_and_lists_every_error() {
     let dir = setup();
     std::fs::write(dir.path().join("manifests/bad.yaml"), "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {name: a, namespace: team-a}\nspec: {subjects: []}\n---\napiVersion: toolgate.dev/v1alpha1\nkind: Nope\nmetadata: {name: b}\n").expect("bad");
-    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("local")
-        .arg("--manifests")
-        .arg(dir.path().join("manifests"))
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .arg("--workspace")
-        .arg(dir.path().join("workspace"))
-        .arg("--tokens")
-        .arg(dir.path().join("tokens.yaml"))
-        .args(["--listen", "127.0.0.1:0"])
-        .output()
-        .expect("runs");
+    let out = local_command(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+    )
+    .args(["--listen", "127.0.0.1:0"])
+    .output()
+    .expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -167,6 +167,21 @@ pub fn setup() -> tempfile::TempDir {
     dir
 }
 
+/// `toolgate local` on `root`'s manifests and tokens, with this data folder and workspace.
+pub fn local_command(root: &Path, data: &Path, workspace: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    c.arg("local")
+        .arg("--manifests")
+        .arg(root.join("manifests"))
+        .arg("--data")
+        .arg(data)
+        .arg("--workspace")
+        .arg(workspace)
+        .arg("--tokens")
+        .arg(root.join("tokens.yaml"));
+    c
+}
+
 pub struct Server {
     pub child: Child,
     pub addr: String,
@@ -180,16 +195,7 @@ impl Server {
     /// A server on `root`'s manifests, tokens and secrets with its data folder and workspace
     /// where the test says.
     pub fn start_in(root: &Path, data: &Path, workspace: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .arg("local")
-            .arg("--manifests")
-            .arg(root.join("manifests"))
-            .arg("--data")
-            .arg(data)
-            .arg("--workspace")
-            .arg(workspace)
-            .arg("--tokens")
-            .arg(root.join("tokens.yaml"))
+        let mut child = local_command(root, data, workspace)
             .arg("--secrets")
             .arg(root.join("secrets.yaml"))
             .args(["--listen", "127.0.0.1:0"])
