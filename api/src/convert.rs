@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use toolgate_core::call_state::phase_name;
+use toolgate_core::lifecycle::phase_name;
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::Registry;
 use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};

@@ -96,6 +96,22 @@ impl ApiError {
     }
 }
 
+impl From<toolgate_core::lifecycle::Refusal> for ApiError {
+    fn from(r: toolgate_core::lifecycle::Refusal) -> Self {
+        use toolgate_core::lifecycle::Refusal;
+        match r {
+            Refusal::PermissionDenied { code, message } => {
+                ApiError::PermissionDenied { code, message }
+            }
+            Refusal::FailedPrecondition { code, message } => {
+                ApiError::FailedPrecondition { code, message }
+            }
+            Refusal::InvalidArgument { field, message } => ApiError::field(field, message),
+            Refusal::AlreadyExists { code, message } => ApiError::AlreadyExists { code, message },
+        }
+    }
+}
+
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Status {
         let mut details = ErrorDetails::new();

@@ -183,8 +183,8 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
         outln!(
             "toolgate local: serving toolgate.v1 on {} ({} tools, {} objects from {}; data in {})",
             started.addr,
-            loaded.registry.tool_count(),
-            loaded.objects.len(),
+            loaded.policies.registry.tool_count(),
+            loaded.policies.objects.len(),
             args.manifests.display(),
             data.display()
         );

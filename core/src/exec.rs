@@ -76,6 +76,77 @@ pub struct FsRules {
     pub blocked: Vec<std::path::PathBuf>,
 }
 
+/// Where the workspace appears inside a sandbox or a pod.
+pub const WORKSPACE_INSIDE: &str = "/workspace";
+
+/// A path of a SandboxPolicy that is not a plain path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {path:?} is not allowed ({why})")]
+pub struct PathError {
+    /// Field path (`filesystem.writeRoots[0]`).
+    pub field: String,
+    /// The path.
+    pub path: String,
+    /// Why.
+    pub why: &'static str,
+}
+
+/// A policy path mapped: where it is on the host (for a workspace under `workspace`), and where
+/// it appears inside. `workspace` and `workspace/x` (or a plain relative `x`) map into the
+/// workspace; absolute paths map to themselves; `.` and `..` are refused everywhere, and so is
+/// the host root.
+pub fn map_path(
+    field: &str,
+    p: &str,
+    workspace: &std::path::Path,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), PathError> {
+    use std::path::{Component, Path};
+    let bad = |why| PathError {
+        field: field.into(),
+        path: p.into(),
+        why,
+    };
+    if p.is_empty() {
+        return Err(bad("empty"));
+    }
+    let path = Path::new(p);
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(bad("`.` and `..` are not allowed"));
+    }
+    if path.is_absolute() {
+        if path == Path::new("/") {
+            return Err(bad("the host root cannot be a sandbox root"));
+        }
+        return Ok((path.into(), path.into()));
+    }
+    let rest = path.strip_prefix("workspace").unwrap_or(path);
+    if rest.as_os_str().is_empty() {
+        return Ok((workspace.to_path_buf(), WORKSPACE_INSIDE.into()));
+    }
+    Ok((workspace.join(rest), Path::new(WORKSPACE_INSIDE).join(rest)))
+}
+
+/// The policy's filesystem rules as paths inside the sandbox (or pod), for the executor to
+/// enforce with Landlock. Refuses the paths [`map_path`] refuses.
+pub fn confinement(policy: &toolgate_crds::SandboxPolicySpec) -> Result<FsRules, PathError> {
+    let fs = &policy.filesystem;
+    let inside = std::path::Path::new(WORKSPACE_INSIDE);
+    let map = |field: &str, list: &[String]| -> Result<Vec<std::path::PathBuf>, PathError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, p)| Ok(map_path(&format!("filesystem.{field}[{i}]"), p, inside)?.1))
+            .collect()
+    };
+    Ok(FsRules {
+        read: map("readRoots", &fs.read_roots)?,
+        write: map("writeRoots", &fs.write_roots)?,
+        blocked: map("blockedPaths", &fs.blocked_paths)?,
+    })
+}
+
 /// Which call is running.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -5,10 +5,10 @@
 
 pub mod approval;
 pub mod args;
-pub mod call_state;
 pub mod decision;
 pub mod digest;
 pub mod exec;
+pub mod lifecycle;
 pub mod lint;
 pub mod manifest;
 pub mod names;

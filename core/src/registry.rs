@@ -363,6 +363,22 @@ impl Registry {
             .map(|&i| &self.tools[i])
     }
 
+    /// The object name of the tool a request names: its object name, its canonical name, or
+    /// the provider-safe name a view showed (`file_read`). A name nothing matches stays as it
+    /// is, so the decision says the tool was not found.
+    pub fn resolve_name(&self, namespace: &str, requested: &str) -> String {
+        if self.tool(namespace, requested).is_some() {
+            return requested.to_string();
+        }
+        self.tools_in(namespace)
+            .find(|t| {
+                t.spec.canonical_name == requested
+                    || crate::view::provider_name(&t.spec.canonical_name, &mut Default::default())
+                        == requested
+            })
+            .map_or_else(|| requested.to_string(), |t| t.name.clone())
+    }
+
     /// Number of tools.
     pub fn tool_count(&self) -> usize {
         self.tools.len()

@@ -4,7 +4,7 @@
 mod support;
 
 use support::{examples, objects};
-use toolgate_core::call_state::run_target;
+use toolgate_core::lifecycle::run_target;
 use toolgate_core::manifest::ObjectSet;
 use toolgate_core::registry::Registry;
 use toolgate_crds::ConditionStatus;

@@ -3,8 +3,9 @@
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
 use toolgate_api::{ApiError, Backend, BoxStream, Caller};
-use toolgate_core::call_state::{is_terminal, phase_name};
+use toolgate_core::lifecycle::{is_terminal, phase_name};
 use toolgate_core::principal::Principal;
+use toolgate_crds::ApprovalDecision;
 use toolgate_proto::v1 as pb;
 
 use crate::runtime::Runtime;
@@ -49,7 +50,12 @@ impl Runtime {
         principal: &Principal,
         req: &pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
-        toolgate_api::convert::tool_view(&self.loaded().registry, namespace, principal, req)
+        toolgate_api::convert::tool_view(
+            &self.loaded().policies.registry,
+            namespace,
+            principal,
+            req,
+        )
     }
 }
 
@@ -167,12 +173,13 @@ impl Backend for Runtime {
             .decide_approval(
                 caller,
                 &req.id,
-                Some((
-                    &req.args_digest,
-                    &req.tool_digest,
-                    req.for_session,
-                    req.ttl_seconds,
-                )),
+                if req.for_session {
+                    ApprovalDecision::AllowForSession
+                } else {
+                    ApprovalDecision::AllowOnce
+                },
+                Some((&req.args_digest, &req.tool_digest)),
+                req.ttl_seconds,
                 &req.comment,
             )
             .await?;
@@ -182,7 +189,14 @@ impl Backend for Runtime {
     async fn deny(&self, caller: &Caller, req: pb::DenyCallRequest) -> Result<pb::Call, ApiError> {
         Ok(call_message(
             &self
-                .decide_approval(caller, &req.id, None, &req.comment)
+                .decide_approval(
+                    caller,
+                    &req.id,
+                    ApprovalDecision::Deny,
+                    None,
+                    0,
+                    &req.comment,
+                )
                 .await?,
         ))
     }
@@ -190,12 +204,18 @@ impl Backend for Runtime {
     async fn explain(&self, caller: &Caller, id: &str) -> Result<pb::Explanation, ApiError> {
         let rec = Runtime::get(self, caller, id)?;
         let events = self.store().events(id, 0).map_err(internal)?;
-        let principal = Principal::new(rec.spec.principal.clone()).with_groups(rec.groups.clone());
+        let call = crate::runtime::call_of(&rec);
         let view = self.view_for(
             &rec.namespace,
-            &principal,
+            &call.principal(),
             &toolgate_api::convert::explanation_view_request(&rec.namespace, &rec.spec),
         )?;
+        let loaded = self.loaded();
+        let sandbox = toolgate_core::lifecycle::sandbox_view(
+            &crate::runtime::snapshot(&loaded, None, &[]),
+            &call,
+            serde_json::json!({"runtime": "local", "plan": rec.sandbox}),
+        );
         Ok(toolgate_api::convert::explanation(
             call_message(&rec),
             &rec.status,
@@ -212,11 +232,11 @@ impl Backend for Runtime {
                     .as_ref()
                     .map(|a| a.spec.approver.clone())
                     .unwrap_or_default(),
-                sandbox_json: rec
-                    .sandbox
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
+                sandbox_json: if sandbox.is_null() {
+                    String::new()
+                } else {
+                    sandbox.to_string()
+                },
             },
         ))
     }

@@ -1,12 +1,21 @@
 //! `toolgate local`: the embedded runtime. One process, no cluster: manifests from a folder,
 //! calls in a durable store, each call run by the executor inside the local sandbox, the same
 //! gRPC API the operator serves.
+//!
+//! What a call goes through is decided by `toolgate_core::lifecycle`; this crate only places
+//! calls on this machine ([`place`], [`run`]) and persists them ([`store`]).
+#![forbid(unsafe_code)]
 
+mod approve;
 pub mod backend;
-pub use toolgate_broker as broker;
+mod cancel;
 pub mod manifests;
+mod place;
+mod propose;
 pub mod run;
 pub mod runtime;
+mod start;
 pub mod store;
 
 pub use runtime::{Config, Runtime, StartError};
+pub use toolgate_broker as broker;

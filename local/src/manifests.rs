@@ -109,10 +109,8 @@ pub fn lint_paths(linter: &Linter, paths: &[PathBuf], now: jiff::Timestamp) -> L
 /// The manifests of a folder, linted and registered.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The typed objects.
-    pub objects: toolgate_core::manifest::ObjectSet,
-    /// Tools and grants, indexed.
-    pub registry: toolgate_core::registry::Registry,
+    /// The objects and the registry built from them.
+    pub policies: toolgate_core::lifecycle::Policies,
     /// What the folder looked like when read ([`fingerprint`]).
     pub fingerprint: String,
     /// Warnings, one line each.
@@ -143,10 +141,8 @@ pub fn load_folder(
         .filter(|f| f.severity != Severity::Error)
         .map(ToString::to_string)
         .collect();
-    let registry = toolgate_core::registry::Registry::from_objects(&report.objects);
     Ok(Loaded {
-        objects: report.objects,
-        registry,
+        policies: toolgate_core::lifecycle::Policies::new(report.objects),
         fingerprint,
         warnings,
     })

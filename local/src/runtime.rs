@@ -1,7 +1,8 @@
-//! The embedded runtime: the call state machine over the durable store, decisions by the core,
-//! approvals bound to what the approver saw, and execution handed to [`crate::run`].
+//! The embedded runtime's plumbing: its configuration, the manifests as last loaded, the
+//! durable store and the one way a call's status changes ([`Runtime::transition`]). What a
+//! transition records is decided by `toolgate_core::lifecycle`; this crate persists and places it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,24 +11,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::sync::broadcast;
 use toolgate_api::{ApiError, Caller};
-use toolgate_core::args::ArgsLimits;
-use toolgate_core::call_state::{
-    Step, apply, decision_steps, is_terminal, phase_name, unplaceable,
-};
-use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
+use toolgate_core::decision::ApprovalEntry;
+use toolgate_core::lifecycle::{Call, Snapshot, Step, apply, is_terminal, phase_name};
 use toolgate_core::lint::Linter;
-use toolgate_core::principal::Principal;
-use toolgate_crds::conditions::{APPROVAL_GRANTED, APPROVAL_REQUESTED, FINISHED, STARTED};
-use toolgate_crds::{
-    ApprovalDecision, CallPhase, ConditionStatus, DecisionOutcome, LocalObjectRef, ToolApprovalSpec,
-};
+use toolgate_crds::ConditionStatus;
 
 use crate::broker::CredentialBroker;
-use crate::manifests::{Loaded, load_folder};
+use crate::manifests::Loaded;
 use crate::store::{ApprovalRecord, CallRecord, EventRecord, Store, StoreError};
-
-/// Condition type of a cancellation.
-pub const CANCELLED: &str = "Cancelled";
 
 /// How the embedded runtime is set up.
 pub struct Config {
@@ -59,21 +50,25 @@ pub enum StartError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Anything else.
+    /// The linter could not be built from the generated schemas (a bug).
     #[error("{0}")]
-    Other(String),
+    Linter(String),
+    /// Calls a previous process left could not be picked up.
+    #[error("recovering the calls a previous run left: {0}")]
+    Recover(ApiError),
 }
 
 pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) store: Store,
-    linter: Linter,
+    pub(crate) linter: Linter,
     pub(crate) loaded: RwLock<Arc<Loaded>>,
     write: tokio::sync::Mutex<()>,
     pub(crate) events: broadcast::Sender<EventRecord>,
     /// Process groups of running sandboxes, by call.
     pub(crate) running: Mutex<HashMap<String, i32>>,
-    pub(crate) cancelled: Mutex<HashSet<String>>,
+    /// Who cancelled a running call and why, until its sandbox is gone.
+    pub(crate) cancelled: Mutex<HashMap<String, String>>,
 }
 
 /// The embedded runtime. Cheap to clone.
@@ -82,28 +77,15 @@ pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
 }
 
 impl Runtime {
-    /// Load the manifests (refusing to start on any error), open the store, recover calls a
-    /// previous process left, and watch the manifests folder.
-    pub async fn start(config: Config) -> Result<Runtime, StartError> {
-        let linter = crate::manifests::linter().map_err(|e| StartError::Other(e.to_string()))?;
-        let loaded =
-            load_folder(&linter, &config.manifests, Timestamp::now()).map_err(|errors| {
-                StartError::Manifests {
-                    dir: config.manifests.display().to_string(),
-                    errors,
-                }
-            })?;
-        for w in &loaded.warnings {
-            tracing::warn!(warning = %w, "manifest warning");
-        }
-        let store = Store::open(&config.data)?;
+    /// A runtime over an opened store and loaded manifests; nothing runs yet.
+    pub(crate) fn new(config: Config, store: Store, linter: Linter, loaded: Loaded) -> Runtime {
         let (events, _) = broadcast::channel(1024);
-        let rt = Runtime {
+        Runtime {
             inner: Arc::new(Inner {
                 config,
                 store,
@@ -112,15 +94,9 @@ impl Runtime {
                 write: tokio::sync::Mutex::new(()),
                 events,
                 running: Mutex::new(HashMap::new()),
-                cancelled: Mutex::new(HashSet::new()),
+                cancelled: Mutex::new(HashMap::new()),
             }),
-        };
-        rt.recover()
-            .await
-            .map_err(|e| StartError::Other(e.to_string()))?;
-        let watcher = rt.clone();
-        tokio::spawn(async move { watcher.watch_manifests().await });
-        Ok(rt)
+        }
     }
 
     /// The manifests as last loaded.
@@ -151,10 +127,21 @@ impl Runtime {
         let _guard = self.inner.write.lock().await;
         let mut rec = self.stored(id)?;
         let steps = mutate(&mut rec)?;
-        let events = record_steps(&mut rec, &steps);
+        self.persist(rec, &steps, None)
+    }
+
+    /// Write a record with its new steps (and an idempotency key), then tell the watchers.
+    /// Callers hold the write lock.
+    pub(crate) fn persist(
+        &self,
+        mut rec: CallRecord,
+        steps: &[Step],
+        idempotency_key: Option<&str>,
+    ) -> Result<CallRecord, ApiError> {
+        let events = record_steps(&mut rec, steps);
         self.inner
             .store
-            .save(&rec, &events, None)
+            .save(&rec, &events, idempotency_key)
             .map_err(internal)?;
         for e in events {
             let _ = self.inner.events.send(e);
@@ -162,106 +149,13 @@ impl Runtime {
         Ok(rec)
     }
 
-    /// Propose a call as `caller`.
-    pub async fn propose(
-        &self,
-        caller: &Caller,
-        req: toolgate_proto::v1::ProposeCallRequest,
-    ) -> Result<CallRecord, ApiError> {
-        let proposal = toolgate_api::request::Proposal::validate(caller, &req)?;
-        let namespace = proposal.namespace.clone();
-        let loaded = self.loaded();
-        let tool_name = resolve_tool_name(&loaded, &namespace, &proposal.tool);
-        let current = loaded.registry.tool(&namespace, &tool_name);
-        // Pin the version decided against, so the record names it (invariant 1).
-        let digest = proposal
-            .tool_digest
-            .clone()
-            .or_else(|| current.map(|t| t.digest.clone()));
-        let spec = proposal.into_spec(caller, tool_name, digest);
-        let guard = self.inner.write.lock().await;
-        let idem_key = spec
-            .idempotency_key
-            .as_ref()
-            .map(|k| format!("{namespace}/{}/{k}", caller.name()));
-        if let Some(key) = &idem_key
-            && let Some(existing) = self.inner.store.by_idempotency_key(key).map_err(internal)?
-            && let Some(rec) = self.inner.store.get(&existing).map_err(internal)?
-        {
-            if rec.spec.tool_ref.name != spec.tool_ref.name
-                || rec.spec.args != spec.args
-                || rec.spec.dry_run != spec.dry_run
-            {
-                return Err(ApiError::AlreadyExists {
-                    code: "idempotency-key-reused",
-                    message: format!(
-                        "idempotency_key {:?} already names call {} with a different tool or args; use a new key",
-                        spec.idempotency_key.as_deref().unwrap_or_default(),
-                        rec.id
-                    ),
-                });
-            }
-            return Ok(rec);
-        }
-        let now = Timestamp::now();
-        let mut rec = CallRecord {
-            id: toolgate_api::request::new_call_name(now),
-            namespace: namespace.clone(),
-            spec,
-            status: Default::default(),
-            created_at: now,
-            groups: caller.principal.groups.clone(),
-            approval: None,
-            sandbox: None,
-            events: 0,
-            attempts: 0,
-        };
-        let mut steps = vec![toolgate_core::call_state::requested(&rec.spec)];
-        let session = self.session_approvals(&rec)?;
-        let decision = decide_record(&loaded, &rec, &session);
-        let scopes = loaded
-            .registry
-            .tool(&rec.namespace, &rec.spec.tool_ref.name)
-            .map(|t| t.spec.permissions.required_scopes.clone())
-            .unwrap_or_default();
-        let config = &self.inner.config;
-        steps.extend(decision_steps(
-            &mut rec.status,
-            &rec.spec,
-            &decision,
-            &scopes,
-            Timestamp::now(),
-            || {
-                unplaceable(
-                    &loaded.registry,
-                    &loaded.objects,
-                    &rec.namespace,
-                    &rec.spec.tool_ref.name,
-                    |target| {
-                        crate::run::sandbox_plan(config, target)
-                            .map(drop)
-                            .map_err(|e| e.to_string())
-                    },
-                )
-            },
-        ));
-        let events = record_steps(&mut rec, &steps);
-        self.inner
-            .store
-            .save(&rec, &events, idem_key.as_deref())
-            .map_err(internal)?;
-        drop(guard);
-        for e in events {
-            let _ = self.inner.events.send(e);
-        }
-        if rec.status.phase == Some(CallPhase::Authorized) {
-            self.spawn_run(rec.id.clone());
-        }
-        Ok(rec)
+    /// The write lock, for a change that reads the store before it writes (idempotency).
+    pub(crate) async fn write_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.write.lock().await
     }
 
     /// A stored call, whoever asks.
-    fn stored(&self, id: &str) -> Result<CallRecord, ApiError> {
+    pub(crate) fn stored(&self, id: &str) -> Result<CallRecord, ApiError> {
         self.inner
             .store
             .get(id)
@@ -269,6 +163,18 @@ impl Runtime {
             .ok_or_else(|| ApiError::NotFound {
                 what: format!("call {id:?}"),
             })
+    }
+
+    /// A call the caller may see.
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<CallRecord, ApiError> {
+        let rec = self.stored(id)?;
+        if rec.spec.principal != caller.name() && !caller.approves_in(&rec.namespace) {
+            // Not found rather than forbidden: ids of others' calls are not disclosed.
+            return Err(ApiError::NotFound {
+                what: format!("call {id:?}"),
+            });
+        }
+        Ok(rec)
     }
 
     /// The allowForSession approvals of other calls in the same namespace and session (none
@@ -290,354 +196,34 @@ impl Runtime {
             .filter_map(|r| r.approval)
             .collect())
     }
+}
 
-    /// A call the caller may see.
-    pub fn get(&self, caller: &Caller, id: &str) -> Result<CallRecord, ApiError> {
-        let rec = self.stored(id)?;
-        if rec.spec.principal != caller.name() && !caller.approves_in(&rec.namespace) {
-            // Not found rather than forbidden: ids of others' calls are not disclosed.
-            return Err(ApiError::NotFound {
-                what: format!("call {id:?}"),
-            });
-        }
-        Ok(rec)
+/// The call a record holds, as the lifecycle sees it.
+pub(crate) fn call_of(rec: &CallRecord) -> Call<'_> {
+    Call {
+        namespace: &rec.namespace,
+        name: &rec.id,
+        spec: &rec.spec,
+        status: &rec.status,
     }
+}
 
-    /// Approve (or deny) a call as `caller`, bound to the digests the approver was shown.
-    pub async fn decide_approval(
-        &self,
-        caller: &Caller,
-        id: &str,
-        approve: Option<(&str, &str, bool, u32)>,
-        comment: &str,
-    ) -> Result<CallRecord, ApiError> {
-        let rec = self.get(caller, id)?;
-        if caller.name() == rec.spec.principal {
-            return Err(ApiError::PermissionDenied {
-                code: "approval-self",
-                message: format!(
-                    "{} proposed call {id}; an approver must be someone else",
-                    caller.name()
-                ),
-            });
-        }
-        if !caller.approves_in(&rec.namespace) {
-            return Err(ApiError::PermissionDenied {
-                code: "not-an-approver",
-                message: format!(
-                    "{} may not approve or deny calls in namespace {}",
-                    caller.name(),
-                    rec.namespace
-                ),
-            });
-        }
-        if let Some((args_digest, tool_digest, _, ttl)) = approve {
-            if args_digest.is_empty() || tool_digest.is_empty() {
-                return Err(ApiError::field(
-                    if args_digest.is_empty() {
-                        "args_digest"
-                    } else {
-                        "tool_digest"
-                    },
-                    "expected the digest the approver was shown (GetCall returns it)",
-                ));
-            }
-            if ttl > 86_400 {
-                return Err(ApiError::field(
-                    "ttl_seconds",
-                    format!("expected at most 86400, got {ttl}"),
-                ));
-            }
-        }
-        let loaded = self.loaded();
-        let caller_name = caller.name().to_string();
-        let comment = (!comment.is_empty()).then(|| comment.to_string());
-        let rec = self
-            .transition(id, |rec| {
-                if rec.status.phase != Some(CallPhase::AwaitingApproval) {
-                    return Err(ApiError::FailedPrecondition {
-                        code: "not-awaiting-approval",
-                        message: format!(
-                            "call {} is {}, not AwaitingApproval",
-                            rec.id,
-                            phase_name(rec.status.phase)
-                        ),
-                    });
-                }
-                let Some((args_digest, tool_digest, for_session, ttl)) = approve else {
-                    return Ok(vec![Step::failed(
-                        APPROVAL_GRANTED,
-                        "DeniedByApprover",
-                        format!(
-                            "{caller_name} denied the call{}",
-                            comment.as_deref().map(|c| format!(": {c}")).unwrap_or_default()
-                        ),
-                    )
-                    .then(CallPhase::Denied)]);
-                };
-                let now_args = rec.status.args_digest.clone().unwrap_or_default();
-                let now_tool = rec.status.tool_digest.clone().unwrap_or_default();
-                if args_digest != now_args {
-                    return Err(ApiError::FailedPrecondition {
-                        code: "approval-args-changed",
-                        message: format!(
-                            "the approver was shown args {args_digest}, the call's are {now_args}"
-                        ),
-                    });
-                }
-                if tool_digest != now_tool {
-                    return Err(ApiError::FailedPrecondition {
-                        code: "approval-tool-changed",
-                        message: format!(
-                            "the approver was shown tool version {tool_digest}, the call's is {now_tool}"
-                        ),
-                    });
-                }
-                let tool = loaded.registry.tool(&rec.namespace, &rec.spec.tool_ref.name);
-                let Some(auth) = rec.status.authorization.clone() else {
-                    return Err(internal("call without a decision awaits approval"));
-                };
-                let ttl = if ttl == 0 { 900 } else { ttl };
-                let now = Timestamp::now();
-                let spec = ToolApprovalSpec {
-                    call_ref: LocalObjectRef {
-                        name: rec.id.clone(),
-                    },
-                    args_digest: args_digest.to_string(),
-                    tool_digest: tool_digest.to_string(),
-                    risk_tier: auth.risk_tier,
-                    scopes: tool
-                        .map(|t| t.spec.permissions.required_scopes.clone())
-                        .unwrap_or_default(),
-                    principal: rec.spec.principal.clone(),
-                    approver: caller_name.clone(),
-                    decision: if for_session {
-                        ApprovalDecision::AllowForSession
-                    } else {
-                        ApprovalDecision::AllowOnce
-                    },
-                    session_id: rec.spec.session_id.clone(),
-                    expires_at: toolgate_crds::Timestamp(
-                        now.checked_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
-                            .map_err(internal)?,
-                    ),
-                    comment: comment.clone(),
-                };
-                if for_session && spec.session_id.is_none() {
-                    return Err(ApiError::field(
-                        "for_session",
-                        "the call has no session_id; approve it once instead",
-                    ));
-                }
-                rec.approval = Some(ApprovalRecord {
-                    name: format!("{}-approval", rec.id),
-                    spec,
-                    consumed: false,
-                });
-                let decision = decide_record(&loaded, rec, &[]);
-                if decision.outcome != DecisionOutcome::Allow {
-                    let why = decision
-                        .reasons
-                        .last()
-                        .map(|r| r.message.clone())
-                        .unwrap_or_default();
-                    rec.approval = None;
-                    return Err(ApiError::FailedPrecondition {
-                        code: "approval-not-binding",
-                        message: format!("the approval does not authorize the call: {why}"),
-                    });
-                }
-                rec.status.authorization = decision.authorization(now);
-                Ok(vec![Step::ok(
-                    APPROVAL_GRANTED,
-                    "Approved",
-                    format!(
-                        "{caller_name} approved {} bound to args {args_digest} and tool {tool_digest}, valid {ttl} s",
-                        if for_session { "the session" } else { "this call once" }
-                    ),
-                )
-                .then(CallPhase::Authorized)])
-            })
-            .await?;
-        if rec.status.phase == Some(CallPhase::Authorized) {
-            self.spawn_run(rec.id.clone());
-        }
-        Ok(rec)
-    }
-
-    /// Cancel a call: its principal or an approver of its namespace.
-    pub async fn cancel(
-        &self,
-        caller: &Caller,
-        id: &str,
-        reason: &str,
-    ) -> Result<CallRecord, ApiError> {
-        let rec = self.get(caller, id)?;
-        let who = caller.name().to_string();
-        let reason = if reason.is_empty() {
-            "no reason given".to_string()
-        } else {
-            reason.to_string()
-        };
-        let running = rec.status.phase == Some(CallPhase::Running);
-        if running {
-            lock(&self.inner.cancelled).insert(id.to_string());
-            if let Some(pgid) = lock(&self.inner.running).get(id).copied() {
-                // SAFETY: kill(2) on the sandbox's own process group.
-                unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            }
-            // The run records the cancellation when the sandbox is gone.
-            return self.get(caller, id);
-        }
-        self.transition(id, |rec| {
-            if is_terminal(rec.status.phase) {
-                return Err(ApiError::FailedPrecondition {
-                    code: "call-ended",
-                    message: format!(
-                        "call {} already ended ({})",
-                        rec.id,
-                        phase_name(rec.status.phase)
-                    ),
-                });
-            }
-            Ok(vec![
-                Step::ok(
-                    CANCELLED,
-                    "CancelledByUser",
-                    format!("{who} cancelled the call: {reason}"),
-                )
-                .then(CallPhase::Cancelled),
-            ])
+/// What a record is decided against: the manifests, its own approval and its session's.
+pub(crate) fn snapshot<'a>(
+    loaded: &'a Loaded,
+    own: Option<&'a ApprovalRecord>,
+    session: &'a [ApprovalRecord],
+) -> Snapshot<'a> {
+    let approvals = own
+        .into_iter()
+        .chain(session)
+        .map(|a| ApprovalEntry {
+            name: &a.name,
+            spec: &a.spec,
+            consumed: a.consumed,
         })
-        .await
-    }
-
-    async fn recover(&self) -> Result<(), ApiError> {
-        let loaded = self.loaded();
-        let open = self
-            .inner
-            .store
-            .scan(None, usize::MAX, |r| {
-                matches!(
-                    r.status.phase,
-                    Some(CallPhase::Running | CallPhase::Authorized)
-                )
-            })
-            .map_err(internal)?;
-        for rec in open {
-            if rec.status.phase == Some(CallPhase::Running) {
-                let idempotent = loaded
-                    .registry
-                    .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                    .is_some_and(|t| t.spec.effects.idempotent);
-                let rec = self
-                    .transition(&rec.id, |_| {
-                        Ok(vec![if idempotent {
-                            Step::failed(
-                                STARTED,
-                                "Interrupted",
-                                "toolgate stopped while the call ran; the tool is idempotent, so it runs again",
-                            )
-                            .then(CallPhase::Authorized)
-                        } else {
-                            Step::failed(
-                                FINISHED,
-                                "Interrupted",
-                                "toolgate stopped while the call ran; the tool is not idempotent, so it is not run again (it may or may not have taken effect)",
-                            )
-                            .then(CallPhase::Failed)
-                        }])
-                    })
-                    .await?;
-                if rec.status.phase == Some(CallPhase::Authorized) {
-                    self.spawn_run(rec.id);
-                }
-            } else {
-                self.spawn_run(rec.id);
-            }
-        }
-        Ok(())
-    }
-
-    async fn watch_manifests(&self) {
-        let mut last = self.loaded().fingerprint.clone();
-        loop {
-            tokio::time::sleep(self.inner.config.reload_interval).await;
-            let dir = self.inner.config.manifests.clone();
-            let now = crate::manifests::fingerprint(&dir);
-            if now == last {
-                continue;
-            }
-            last = now;
-            match load_folder(&self.inner.linter, &dir, Timestamp::now()) {
-                Err(errors) => {
-                    tracing::error!(
-                        errors = errors.len(),
-                        "the changed manifests do not lint; keeping the previous ones:\n{}",
-                        errors.join("\n")
-                    );
-                }
-                Ok(loaded) => {
-                    tracing::info!(dir = %dir.display(), "manifests reloaded");
-                    let loaded = Arc::new(loaded);
-                    match self.inner.loaded.write() {
-                        Ok(mut g) => *g = loaded.clone(),
-                        Err(p) => *p.into_inner() = loaded.clone(),
-                    }
-                    if let Err(e) = self.void_changed(&loaded).await {
-                        tracing::error!(error = %e, "re-checking pending calls after a reload");
-                    }
-                }
-            }
-        }
-    }
-
-    /// Calls waiting for approval whose tool changed: what an approver would see is not what
-    /// the proposer saw, so the call ends (invariant 6).
-    async fn void_changed(&self, loaded: &Loaded) -> Result<(), ApiError> {
-        let pending = self
-            .inner
-            .store
-            .scan(None, usize::MAX, |r| {
-                r.status.phase == Some(CallPhase::AwaitingApproval)
-            })
-            .map_err(internal)?;
-        for rec in pending {
-            let now = loaded
-                .registry
-                .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                .map(|t| t.digest.clone());
-            if now.as_deref() == rec.status.tool_digest.as_deref() {
-                continue;
-            }
-            let was = rec.status.tool_digest.clone().unwrap_or_default();
-            self.transition(&rec.id, |r| {
-                if r.status.phase != Some(CallPhase::AwaitingApproval) {
-                    return Ok(vec![]);
-                }
-                Ok(vec![Step::failed(
-                    APPROVAL_REQUESTED,
-                    "ToolChanged",
-                    format!(
-                        "the tool's descriptor changed while the call waited (was {was}, now {}); propose the call again",
-                        now.as_deref().unwrap_or("removed")
-                    ),
-                )
-                .then(CallPhase::Denied)])
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn spawn_run(&self, id: String) {
-        let rt = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::run::run_call(&rt, &id).await {
-                tracing::error!(call = %id, error = %e, "running the call");
-            }
-        });
-    }
+        .collect();
+    Snapshot::new(&loaded.policies, approvals, Timestamp::now())
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -673,54 +259,4 @@ pub(crate) fn record_steps(rec: &mut CallRecord, steps: &[Step]) -> Vec<EventRec
         });
     }
     events
-}
-
-/// Decide a record against the loaded manifests, with its approval if any.
-/// `session` holds the allowForSession approvals given to other calls of the call's session.
-pub(crate) fn decide_record(
-    loaded: &Loaded,
-    rec: &CallRecord,
-    session: &[ApprovalRecord],
-) -> Decision {
-    let principal = Principal::new(rec.spec.principal.clone()).with_groups(rec.groups.clone());
-    let approvals: Vec<ApprovalEntry<'_>> = rec
-        .approval
-        .iter()
-        .chain(session)
-        .map(|a| ApprovalEntry {
-            name: &a.name,
-            spec: &a.spec,
-            consumed: a.consumed,
-        })
-        .collect();
-    decide_in(
-        &loaded.registry,
-        &CallUnderReview {
-            namespace: &rec.namespace,
-            name: &rec.id,
-            spec: &rec.spec,
-            principal: &principal,
-        },
-        &approvals,
-        Timestamp::now(),
-        &ArgsLimits::default(),
-    )
-}
-
-/// The descriptor a request names: its object name, canonical name, or provider name.
-fn resolve_tool_name(loaded: &Loaded, namespace: &str, tool: &str) -> String {
-    if loaded.registry.tool(namespace, tool).is_some() {
-        return tool.to_string();
-    }
-    loaded
-        .registry
-        .tools_in(namespace)
-        .find(|t| {
-            t.spec.canonical_name == tool
-                || toolgate_core::view::provider_name(
-                    &t.spec.canonical_name,
-                    &mut Default::default(),
-                ) == tool
-        })
-        .map_or_else(|| tool.to_string(), |t| t.name.clone())
 }

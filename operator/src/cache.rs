@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use toolgate_crds::{CredentialBinding, SandboxPolicy, ToolApproval, ToolDescriptor, ToolGrant};
 
-use crate::call::Namespace;
+use crate::policies::Namespace;
 use crate::scope::Scope;
 
 /// Events a subscriber may lag behind before the cache waits for it.

@@ -14,8 +14,8 @@ use kube::{Client, Resource, ResourceExt};
 use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
 use toolgate_core::registry::register;
 use toolgate_crds::{
-    Condition, ConditionStatus, CredentialBinding, Lifecycle, SandboxPolicy, Timestamp,
-    ToolDescriptor, ToolDescriptorStatus,
+    ConditionStatus, CredentialBinding, Lifecycle, SandboxPolicy, Timestamp, ToolDescriptor,
+    ToolDescriptorStatus,
 };
 
 /// The field manager of everything the operator writes.
@@ -123,14 +123,19 @@ pub fn desired_status(
     };
     let reason = reason(registered.lifecycle);
     let generation = td.metadata.generation;
-    let old = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == toolgate_crds::conditions::READY);
-    let last_transition_time = match old {
-        Some(c) if c.status == status => c.last_transition_time,
-        _ => Timestamp(now),
-    };
+    let mut conditions = previous.conditions.clone();
+    toolgate_crds::conditions::set_condition(
+        &mut conditions,
+        toolgate_crds::conditions::condition(
+            toolgate_crds::conditions::READY,
+            status,
+            &reason,
+            message,
+            Timestamp(now),
+            generation,
+        ),
+    );
+    conditions.retain(|c| c.type_ == toolgate_crds::conditions::READY);
     ToolDescriptorStatus {
         lifecycle: Some(registered.lifecycle),
         registered_at: match (&previous.digest, previous.registered_at) {
@@ -140,14 +145,7 @@ pub fn desired_status(
         digest: Some(registered.digest),
         findings: registered.findings,
         observed_generation: generation,
-        conditions: vec![Condition {
-            type_: toolgate_crds::conditions::READY.into(),
-            status,
-            reason,
-            message,
-            last_transition_time,
-            observed_generation: generation,
-        }],
+        conditions,
     }
 }
 

@@ -11,9 +11,8 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use toolgate_core::decision::grant_state;
 use toolgate_core::registry::GrantUsage;
-use toolgate_crds::{
-    Condition, ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus,
-};
+use toolgate_crds::conditions::{ACTIVE, condition, reason, set_condition};
+use toolgate_crds::{ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus};
 
 use crate::descriptor::{Error, FIELD_MANAGER, backoff};
 
@@ -42,7 +41,7 @@ pub fn desired_status(
     };
     let (reason, message) = match state {
         GrantState::Active => (
-            "Active",
+            reason::ACTIVE,
             g.spec
                 .expires_at
                 .map_or("active, no expiry".to_string(), |e| {
@@ -50,44 +49,38 @@ pub fn desired_status(
                 }),
         ),
         GrantState::Pending => (
-            "NotYetValid",
+            reason::NOT_YET_VALID,
             g.spec
                 .not_before
                 .map_or(String::new(), |n| format!("valid from {n}")),
         ),
         GrantState::Expired => (
-            "Expired",
+            reason::EXPIRED,
             g.spec
                 .expires_at
                 .map_or(String::new(), |e| format!("expired at {e}")),
         ),
         GrantState::Revoked => (
-            "Revoked",
+            reason::REVOKED,
             g.spec.reason.clone().unwrap_or_else(|| "revoked".into()),
         ),
         GrantState::Exhausted => (
-            "BudgetExhausted",
+            reason::BUDGET_EXHAUSTED,
             format!("{} calls used", previous.calls_used),
         ),
     };
-    let old = previous.conditions.iter().find(|c| c.type_ == "Active");
-    let last_transition_time = match old {
-        Some(c) if c.status == status => c.last_transition_time,
-        _ => Timestamp(now),
-    };
     let generation = g.metadata.generation;
+    let mut conditions = previous.conditions.clone();
+    set_condition(
+        &mut conditions,
+        condition(ACTIVE, status, reason, message, Timestamp(now), generation),
+    );
+    conditions.retain(|c| c.type_ == ACTIVE);
     let s = ToolGrantStatus {
         state: Some(state),
         calls_used: previous.calls_used,
         observed_generation: generation,
-        conditions: vec![Condition {
-            type_: "Active".into(),
-            status,
-            reason: reason.into(),
-            message,
-            last_transition_time,
-            observed_generation: generation,
-        }],
+        conditions,
     };
     (s, next)
 }

@@ -17,6 +17,7 @@ mod call;
 mod descriptor;
 mod grant;
 mod ops;
+mod policies;
 mod readiness;
 mod scope;
 

@@ -39,6 +39,16 @@ pub struct ReconcileLabels {
     pub result: String,
 }
 
+/// Labels of a reconcile error: the controller (three values) and its category (a handful,
+/// from each controller's `Error::category`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `toolcall`, `tooldescriptor`, `toolgrant`, `sandboxpolicy`, `credentialbinding`.
+    pub controller: String,
+    /// `KubeApiFailed`, `InvalidObject`, …
+    pub category: String,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     /// Calls entering each phase.
@@ -47,6 +57,8 @@ pub struct Metrics {
     pub decisions: Family<DecisionLabels, Counter>,
     /// Reconcile durations.
     pub reconcile_seconds: Family<ReconcileLabels, Histogram>,
+    /// Reconcile errors by category.
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
     registry: Registry,
 }
 
@@ -73,10 +85,17 @@ impl Default for Metrics {
             "Time spent in one reconcile",
             reconcile_seconds.clone(),
         );
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by controller and category",
+            reconcile_errors.clone(),
+        );
         Metrics {
             call_phases,
             decisions,
             reconcile_seconds,
+            reconcile_errors,
             registry,
         }
     }
@@ -101,6 +120,54 @@ impl Metrics {
             })
             .observe(elapsed.as_secs_f64());
     }
+}
+
+impl Metrics {
+    /// Count a failed reconcile by category.
+    pub fn error(&self, controller: &str, category: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.into(),
+                category: category.into(),
+            })
+            .inc();
+    }
+}
+
+/// Turn ready once the calls' cache and the policy caches have synced (and, before this runs,
+/// the lease is held).
+pub fn ready_when_synced<K>(
+    health: std::sync::Arc<Health>,
+    calls: kube::runtime::reflector::Store<K>,
+    policies: crate::cache::PolicyCache,
+) where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    tokio::spawn(async move {
+        // Polled again and again: a store's readiness signal wakes only its latest waiter, and
+        // the controller waits on the calls' store too.
+        loop {
+            let both = async {
+                calls.wait_until_ready().await?;
+                policies.wait_until_ready().await
+            };
+            match tokio::time::timeout(Duration::from_millis(250), both).await {
+                Ok(Ok(())) => {
+                    health
+                        .ready
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::info!("ToolCall and policy caches synced; ready");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "the caches never synced");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
 }
 
 /// Liveness and readiness.

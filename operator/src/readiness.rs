@@ -13,7 +13,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use toolgate_broker::CredentialBroker;
-use toolgate_crds::conditions::READY;
+use toolgate_crds::conditions::{READY, condition, reason, set_condition};
 use toolgate_crds::{Condition, ConditionStatus, CredentialBinding, SandboxPolicy, Timestamp};
 
 use crate::descriptor::{Error, FIELD_MANAGER, backoff};
@@ -39,19 +39,22 @@ fn ready(
     } else {
         ConditionStatus::False
     };
-    let last_transition_time = previous
+    let mut conditions: Vec<Condition> = previous
         .iter()
-        .find(|c| c.type_ == READY && c.status == status)
-        .map(|c| c.last_transition_time)
-        .unwrap_or(Timestamp(jiff::Timestamp::now()));
-    Condition {
-        type_: READY.into(),
+        .filter(|c| c.type_ == READY)
+        .take(1)
+        .cloned()
+        .collect();
+    let new = condition(
+        READY,
         status,
-        reason: reason.into(),
+        reason,
         message,
-        last_transition_time,
-        observed_generation: generation,
-    }
+        Timestamp(jiff::Timestamp::now()),
+        generation,
+    );
+    set_condition(&mut conditions, new.clone());
+    conditions.pop().unwrap_or(new)
 }
 
 async fn apply_status<K>(
@@ -95,7 +98,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
         {
             Some(_) => (
                 true,
-                "Valid",
+                reason::VALID,
                 format!(
                     "RuntimeClass {class} exists; egress {:?}",
                     p.spec.network.egress
@@ -103,7 +106,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
             ),
             None => (
                 false,
-                "RuntimeClassMissing",
+                reason::RUNTIME_CLASS_MISSING,
                 format!(
                     "runtimeClassName: RuntimeClass {class} does not exist; calls using this policy cannot start"
                 ),
@@ -111,7 +114,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
         },
         None => (
             true,
-            "Valid",
+            reason::VALID,
             format!(
                 "egress {:?}, memory {} MiB, timeout {} ms",
                 p.spec.network.egress, p.spec.process.max_memory_mb, p.spec.process.timeout_ms
@@ -129,7 +132,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
         {
             (
                 false,
-                "WorkspaceClaimMissing",
+                reason::WORKSPACE_CLAIM_MISSING,
                 format!(
                     "filesystem.workspaceClaimName: PersistentVolumeClaim {claim} does not exist in {ns}; calls using this policy cannot start"
                 ),
@@ -172,13 +175,13 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
     let (ok, reason, message) = match ctx.broker.issue(&ns, &b.name_any(), &b.spec) {
         Ok(issued) => (
             true,
-            "Brokerable",
+            reason::BROKERABLE,
             format!(
                 "{}/{} can be brokered (TTL {} s)",
                 b.spec.vault.mount, b.spec.vault.path, issued.ttl_seconds
             ),
         ),
-        Err(e) => (false, "BrokerFailed", e.to_string()),
+        Err(e) => (false, reason::BROKER_FAILED, e.to_string()),
     };
     let condition = ready(&previous, ok, reason, message, generation);
     if previous.first().map(|c| (&c.reason, &c.message, c.status))

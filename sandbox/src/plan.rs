@@ -1,14 +1,13 @@
 //! Resolve a SandboxPolicy into a concrete plan, before anything runs (invariant 10). Pure: no
 //! I/O, so a refusal is decided the same way everywhere and tested without a kernel.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 use toolgate_crds::{EgressMode, SandboxMode, SandboxPolicySpec};
 
-/// Where the workspace appears inside the sandbox.
-pub const WORKSPACE_INSIDE: &str = "/workspace";
+pub use toolgate_core::exec::WORKSPACE_INSIDE;
 
 /// Default size of the sandbox's private `/tmp`.
 pub const DEFAULT_TMP_BYTES: u64 = 64 * 1024 * 1024;
@@ -172,15 +171,8 @@ pub enum ResolveError {
     #[error("mode: {0} is not available in the embedded runtime")]
     Mode(&'static str),
     /// A path that is not a plain path.
-    #[error("{field}: {path:?} is not allowed ({why})")]
-    Path {
-        /// Field path.
-        field: String,
-        /// The path.
-        path: String,
-        /// Why.
-        why: &'static str,
-    },
+    #[error(transparent)]
+    Path(#[from] toolgate_core::exec::PathError),
     /// An environment entry without `=`.
     #[error("environment.injectedEnv[{index}]: expected NAME=value, found {entry:?}")]
     Env {
@@ -315,11 +307,11 @@ fn private_paths(
     for (field, b) in roots {
         for folder in private {
             if b.host.starts_with(folder) {
-                return Err(ResolveError::Path {
+                return Err(ResolveError::Path(toolgate_core::exec::PathError {
                     field: format!("filesystem.{field}"),
                     path: b.host.display().to_string(),
                     why: "it is inside toolgate's data folder, which no sandbox may see",
-                });
+                }));
             }
             if let Ok(rest) = folder.strip_prefix(&b.host) {
                 let inside = b.inside.join(rest);
@@ -332,64 +324,18 @@ fn private_paths(
     Ok(hidden)
 }
 
-/// The policy's filesystem rules as paths inside the sandbox (or pod), for the executor to
-/// enforce with Landlock ([`crate::confine`]). Refuses the same paths [`resolve`] refuses.
+/// The policy's filesystem rules as paths inside the sandbox (or pod): the core's
+/// [`toolgate_core::exec::confinement`], refusing what [`resolve`] refuses.
 pub fn confinement(
     policy: &SandboxPolicySpec,
 ) -> Result<toolgate_core::exec::FsRules, ResolveError> {
-    let fs = &policy.filesystem;
-    let inside = Path::new(WORKSPACE_INSIDE);
-    let map = |field: &str, list: &[String]| -> Result<Vec<PathBuf>, ResolveError> {
-        list.iter()
-            .enumerate()
-            .map(|(i, p)| Ok(map_path(&format!("filesystem.{field}[{i}]"), p, inside)?.inside))
-            .collect()
-    };
-    Ok(toolgate_core::exec::FsRules {
-        read: map("readRoots", &fs.read_roots)?,
-        write: map("writeRoots", &fs.write_roots)?,
-        blocked: map("blockedPaths", &fs.blocked_paths)?,
-    })
+    Ok(toolgate_core::exec::confinement(policy)?)
 }
 
-/// `workspace` and `workspace/x` (or plain relative `x`) map into the workspace; absolute paths
-/// map to themselves. `..` is refused everywhere.
+/// A policy path as a bind (see [`toolgate_core::exec::map_path`]).
 fn map_path(field: &str, p: &str, workspace: &Path) -> Result<Bind, ResolveError> {
-    let bad = |why| ResolveError::Path {
-        field: field.into(),
-        path: p.into(),
-        why,
-    };
-    if p.is_empty() {
-        return Err(bad("empty"));
-    }
-    let path = Path::new(p);
-    if path
-        .components()
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return Err(bad("`.` and `..` are not allowed"));
-    }
-    if path.is_absolute() {
-        if path == Path::new("/") {
-            return Err(bad("the host root cannot be a sandbox root"));
-        }
-        return Ok(Bind {
-            host: path.into(),
-            inside: path.into(),
-        });
-    }
-    let rest = path.strip_prefix("workspace").unwrap_or(path);
-    if rest.as_os_str().is_empty() {
-        return Ok(Bind {
-            host: workspace.to_path_buf(),
-            inside: WORKSPACE_INSIDE.into(),
-        });
-    }
-    Ok(Bind {
-        host: workspace.join(rest),
-        inside: Path::new(WORKSPACE_INSIDE).join(rest),
-    })
+    let (host, inside) = toolgate_core::exec::map_path(field, p, workspace)?;
+    Ok(Bind { host, inside })
 }
 
 #[cfg(test)]
@@ -579,6 +525,7 @@ mod tests {
 mod properties {
     use super::*;
     use proptest::prelude::*;
+    use std::path::Component;
 
     proptest! {
         /// Whatever a policy names as a root, resolution never panics, and a relative root never

@@ -1,0 +1,254 @@
+//! Approvals: a contract bound to what the approver was shown, issued once the call and the
+//! request agree, and the transition of a call that waits for one.
+
+use jiff::Timestamp;
+use toolgate_crds::conditions::{APPROVAL_GRANTED, APPROVAL_REQUESTED, reason};
+use toolgate_crds::{
+    ApprovalDecision, CallPhase, DecisionOutcome, LocalObjectRef, ToolApprovalSpec, ToolCallStatus,
+};
+
+use super::Refusal;
+use super::propose::ended_without_running;
+use super::snapshot::{Call, Snapshot};
+use super::step::{Step, camel, phase_name, reasons_text};
+
+/// Longest an approval may be valid, in seconds.
+pub const MAX_TTL_SECONDS: u32 = 86_400;
+/// How long an approval is valid when the request does not say.
+pub const DEFAULT_TTL_SECONDS: u32 = 900;
+
+/// What an approver asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalRequest<'a> {
+    /// Who approves (authenticated).
+    pub approver: &'a str,
+    /// Allow once, for the session, or deny.
+    pub decision: ApprovalDecision,
+    /// The args and tool digests the approver was shown (not for a denial).
+    pub shown: Option<(&'a str, &'a str)>,
+    /// Seconds the approval is valid (0: [`DEFAULT_TTL_SECONDS`]).
+    pub ttl_seconds: u32,
+    /// A note.
+    pub comment: &'a str,
+}
+
+/// The approval contract for a call waiting for one, or why none can be issued: the approver is
+/// not the proposer, the call waits, the digests shown are the call's, a session approval needs a
+/// session. `scopes` are the tool's required scopes (what the approver grants). Whether the
+/// approver may approve in the namespace at all is the runtime's (tokens file or RBAC).
+pub fn issue(
+    call: &Call<'_>,
+    scopes: &[String],
+    request: &ApprovalRequest<'_>,
+    now: Timestamp,
+) -> Result<ToolApprovalSpec, Refusal> {
+    if request.approver == call.spec.principal {
+        return Err(Refusal::PermissionDenied {
+            code: "approval-self",
+            message: format!(
+                "{} proposed call {}; an approver must be someone else",
+                request.approver, call.name
+            ),
+        });
+    }
+    let status = call.status;
+    if status.phase != Some(CallPhase::AwaitingApproval) {
+        return Err(Refusal::FailedPrecondition {
+            code: "not-awaiting-approval",
+            message: format!(
+                "call {} is {}, not AwaitingApproval",
+                call.name,
+                phase_name(status.phase)
+            ),
+        });
+    }
+    let args_digest = status.args_digest.clone().unwrap_or_default();
+    let tool_digest = status.tool_digest.clone().unwrap_or_default();
+    if let Some((args, tool)) = request.shown {
+        if args != args_digest {
+            return Err(Refusal::FailedPrecondition {
+                code: "approval-args-changed",
+                message: format!(
+                    "the approver was shown args {args}, the call's are {args_digest}"
+                ),
+            });
+        }
+        if tool != tool_digest {
+            return Err(Refusal::FailedPrecondition {
+                code: "approval-tool-changed",
+                message: format!(
+                    "the approver was shown tool version {tool}, the call's is {tool_digest}"
+                ),
+            });
+        }
+    }
+    if request.ttl_seconds > MAX_TTL_SECONDS {
+        return Err(Refusal::InvalidArgument {
+            field: "ttl_seconds",
+            message: format!(
+                "expected at most {MAX_TTL_SECONDS}, got {}",
+                request.ttl_seconds
+            ),
+        });
+    }
+    let session_id = match request.decision {
+        ApprovalDecision::AllowForSession => Some(call.spec.session_id.clone().ok_or_else(
+            || Refusal::InvalidArgument {
+                field: "for_session",
+                message: "the call has no session_id; approve it once instead".into(),
+            },
+        )?),
+        _ => None,
+    };
+    let Some(auth) = &status.authorization else {
+        return Err(Refusal::FailedPrecondition {
+            code: "not-decided",
+            message: format!("call {} waits for approval without a decision", call.name),
+        });
+    };
+    let ttl = if request.ttl_seconds == 0 {
+        DEFAULT_TTL_SECONDS
+    } else {
+        request.ttl_seconds
+    };
+    let expires_at = now
+        .checked_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
+        .map_err(|e| Refusal::InvalidArgument {
+            field: "ttl_seconds",
+            message: e.to_string(),
+        })?;
+    Ok(ToolApprovalSpec {
+        call_ref: LocalObjectRef {
+            name: call.name.to_string(),
+        },
+        args_digest,
+        tool_digest,
+        risk_tier: auth.risk_tier,
+        scopes: scopes.to_vec(),
+        principal: call.spec.principal.clone(),
+        approver: request.approver.to_string(),
+        decision: request.decision,
+        session_id,
+        expires_at: toolgate_crds::Timestamp(expires_at),
+        comment: (!request.comment.is_empty()).then(|| request.comment.to_string()),
+    })
+}
+
+/// A call waiting for approval, looked at again (an approval arrived, the manifests changed):
+/// approved, denied, ended because its tool changed, or still waiting (no steps).
+pub fn awaiting(
+    snapshot: &Snapshot<'_>,
+    call: &Call<'_>,
+    status: &mut ToolCallStatus,
+) -> Vec<Step> {
+    if status.phase != Some(CallPhase::AwaitingApproval) {
+        return Vec::new();
+    }
+    // What an approver would see is not what the proposer saw: the call ends (invariant 6).
+    let now_digest = snapshot.tool(call).map(|t| t.digest.as_str());
+    if now_digest != status.tool_digest.as_deref() {
+        return vec![
+            Step::failed(
+                APPROVAL_REQUESTED,
+                reason::TOOL_CHANGED,
+                format!(
+                    "the tool's descriptor changed while the call waited (was {}, now {}); propose the call again",
+                    status.tool_digest.as_deref().unwrap_or_default(),
+                    now_digest.unwrap_or("removed")
+                ),
+            )
+            .then(CallPhase::Denied),
+            ended_without_running(),
+        ];
+    }
+    let decision = snapshot.decide(call);
+    let approval = decision
+        .approval
+        .as_deref()
+        .and_then(|name| snapshot.approval(name));
+    match decision.outcome {
+        DecisionOutcome::RequireApproval => Vec::new(),
+        DecisionOutcome::Allow => {
+            status.authorization = decision.authorization(snapshot.now);
+            let (name, approver, ttl) = approval.map_or(("", "", String::new()), |a| {
+                (
+                    a.name,
+                    a.spec.approver.as_str(),
+                    format!(", until {}", a.spec.expires_at),
+                )
+            });
+            vec![
+                Step::ok(
+                    APPROVAL_GRANTED,
+                    reason::APPROVED,
+                    format!(
+                        "{approver} approved ({name}) bound to args {} and tool {}{ttl}",
+                        status.args_digest.as_deref().unwrap_or_default(),
+                        status.tool_digest.as_deref().unwrap_or_default()
+                    ),
+                )
+                .then(CallPhase::Authorized),
+            ]
+        }
+        DecisionOutcome::Deny => {
+            status.authorization = decision.authorization(snapshot.now);
+            let code = decision.reasons.last().map_or("denied", |r| r.code);
+            let first = match approval {
+                Some(a) if code == "approval-denied" => Step::failed(
+                    APPROVAL_GRANTED,
+                    reason::DENIED_BY_APPROVER,
+                    format!(
+                        "{} denied the call{}",
+                        a.spec.approver,
+                        a.spec
+                            .comment
+                            .as_deref()
+                            .map(|c| format!(": {c}"))
+                            .unwrap_or_default()
+                    ),
+                ),
+                _ => Step::failed(APPROVAL_GRANTED, camel(code), reasons_text(decision)),
+            };
+            vec![first.then(CallPhase::Denied), ended_without_running()]
+        }
+    }
+}
+
+/// The state each of a call's own approvals is in, as the call stands now: bound, expired, or
+/// voided and why (`approval-tool-changed: …`). A used-up approval stays consumed and is left
+/// out. The runtime records these where approvals are shown (a ToolApproval's status).
+pub fn approval_states<'s>(
+    snapshot: &Snapshot<'s>,
+    call: &Call<'_>,
+) -> Vec<(&'s str, toolgate_crds::ApprovalState, Option<String>)> {
+    use crate::approval::{ApprovalSubject, VoidReason, check_approval};
+    use toolgate_crds::ApprovalState;
+    let Some(tool) = snapshot.tool(call) else {
+        return Vec::new();
+    };
+    let subject = ApprovalSubject {
+        call_name: call.name,
+        session_id: call.spec.session_id.as_deref(),
+        args_digest: call.status.args_digest.as_deref().unwrap_or_default(),
+        tool_digest: &tool.digest,
+        tier: tool.tier,
+        scopes: &tool.spec.permissions.required_scopes,
+        principal: &call.spec.principal,
+    };
+    snapshot
+        .approvals
+        .iter()
+        .filter(|a| a.spec.call_ref.name == call.name && !a.consumed)
+        .map(
+            |a| match check_approval(a.spec, false, &subject, snapshot.now) {
+                Ok(()) => (a.name, ApprovalState::Bound, None),
+                Err(VoidReason::Expired(_)) => (a.name, ApprovalState::Expired, None),
+                Err(e) => (
+                    a.name,
+                    ApprovalState::Voided,
+                    Some(format!("{}: {e}", e.code())),
+                ),
+            },
+        )
+        .collect()
+}

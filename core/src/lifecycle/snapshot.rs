@@ -1,0 +1,136 @@
+//! What a call is decided against, whichever runtime holds it: the namespace's descriptors,
+//! grants, sandbox policies and credential bindings, and the approvals that may bind the call.
+
+use std::sync::OnceLock;
+
+use jiff::Timestamp;
+use toolgate_crds::{CredentialBindingSpec, SandboxPolicySpec, ToolCallSpec, ToolCallStatus};
+
+use crate::args::ArgsLimits;
+use crate::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
+use crate::manifest::{ObjectSet, Spec};
+use crate::principal::Principal;
+use crate::registry::{RegisteredTool, Registry};
+
+/// One call as the lifecycle sees it: where it is, what was proposed, how it stands.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Name (the call id).
+    pub name: &'a str,
+    /// The proposal (principal and groups set by toolgate from the caller's identity).
+    pub spec: &'a ToolCallSpec,
+    /// The status so far.
+    pub status: &'a ToolCallStatus,
+}
+
+impl Call<'_> {
+    /// The principal the call acts as, with the groups recorded at proposal.
+    pub fn principal(&self) -> Principal {
+        Principal::new(self.spec.principal.clone()).with_groups(self.spec.principal_groups.clone())
+    }
+}
+
+/// A namespace's policy objects as a runtime holds them (from a manifests folder, or from the
+/// cluster's caches): every object, and the registry of tools and grants built from them.
+#[derive(Debug)]
+pub struct Policies {
+    /// Every object (sandbox policies and credential bindings are looked up here).
+    pub objects: ObjectSet,
+    /// Descriptors and grants, indexed.
+    pub registry: Registry,
+}
+
+impl Policies {
+    /// Register the objects.
+    pub fn new(objects: ObjectSet) -> Self {
+        let registry = Registry::from_objects(&objects);
+        Policies { objects, registry }
+    }
+}
+
+/// The policy objects of the call's namespace and the approvals that may bind it, at one
+/// moment. A snapshot serves one call: the first [`Snapshot::decide`] is remembered, so a
+/// transition that looks at the decision more than once decides once.
+pub struct Snapshot<'a> {
+    /// Descriptors and grants, indexed.
+    pub registry: &'a Registry,
+    /// Every policy object (sandbox policies and credential bindings are looked up here).
+    pub objects: &'a ObjectSet,
+    /// The call's own approvals and its session's allowForSession ones.
+    pub approvals: Vec<ApprovalEntry<'a>>,
+    /// When the decision is taken (grant windows, approval expiry).
+    pub now: Timestamp,
+    decision: OnceLock<Decision>,
+}
+
+impl<'a> Snapshot<'a> {
+    /// A snapshot at `now`.
+    pub fn new(policies: &'a Policies, approvals: Vec<ApprovalEntry<'a>>, now: Timestamp) -> Self {
+        Snapshot {
+            registry: &policies.registry,
+            objects: &policies.objects,
+            approvals,
+            now,
+            decision: OnceLock::new(),
+        }
+    }
+
+    /// The decision on the call (taken once per snapshot).
+    pub fn decide(&self, call: &Call<'_>) -> &Decision {
+        self.decision.get_or_init(|| {
+            let principal = call.principal();
+            decide_in(
+                self.registry,
+                &CallUnderReview {
+                    namespace: call.namespace,
+                    name: call.name,
+                    spec: call.spec,
+                    principal: &principal,
+                },
+                &self.approvals,
+                self.now,
+                &ArgsLimits::default(),
+            )
+        })
+    }
+
+    /// The call's tool, when it is registered.
+    pub fn tool(&self, call: &Call<'_>) -> Option<&'a RegisteredTool> {
+        self.registry.tool(call.namespace, &call.spec.tool_ref.name)
+    }
+
+    /// A sandbox policy of the namespace.
+    pub fn sandbox_policy(&self, namespace: &str, name: &str) -> Option<&'a SandboxPolicySpec> {
+        match self
+            .objects
+            .find("SandboxPolicy", namespace, name)
+            .map(|o| &o.spec)
+        {
+            Some(Spec::SandboxPolicy(p)) => Some(&**p),
+            _ => None,
+        }
+    }
+
+    /// A credential binding of the namespace.
+    pub fn credential_binding(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&'a CredentialBindingSpec> {
+        match self
+            .objects
+            .find("CredentialBinding", namespace, name)
+            .map(|o| &o.spec)
+        {
+            Some(Spec::CredentialBinding(b)) => Some(&**b),
+            _ => None,
+        }
+    }
+
+    /// The approval an entry names, by name.
+    pub fn approval(&self, name: &str) -> Option<&ApprovalEntry<'a>> {
+        self.approvals.iter().find(|a| a.name == name)
+    }
+}

@@ -1,0 +1,81 @@
+//! ApproveCall and DenyCall on the embedded runtime: the core issues the approval contract
+//! bound to what the approver was shown; the runtime keeps it with the call and lets the core
+//! decide again.
+
+use jiff::Timestamp;
+use toolgate_api::{ApiError, Caller};
+use toolgate_core::lifecycle::{ApprovalRequest, awaiting, issue};
+use toolgate_crds::{ApprovalDecision, CallPhase};
+
+use crate::runtime::{Runtime, call_of, snapshot};
+use crate::store::{ApprovalRecord, CallRecord};
+
+impl Runtime {
+    /// Approve (or deny) a call as `caller`, bound to the digests the approver was shown.
+    pub async fn decide_approval(
+        &self,
+        caller: &Caller,
+        id: &str,
+        decision: ApprovalDecision,
+        shown: Option<(&str, &str)>,
+        ttl_seconds: u32,
+        comment: &str,
+    ) -> Result<CallRecord, ApiError> {
+        let rec = self.get(caller, id)?;
+        if caller.name() != rec.spec.principal && !caller.approves_in(&rec.namespace) {
+            return Err(ApiError::PermissionDenied {
+                code: "not-an-approver",
+                message: format!(
+                    "{} may not approve or deny calls in namespace {}",
+                    caller.name(),
+                    rec.namespace
+                ),
+            });
+        }
+        let loaded = self.loaded();
+        let request = ApprovalRequest {
+            approver: caller.name(),
+            decision,
+            shown,
+            ttl_seconds,
+            comment,
+        };
+        let rec = self
+            .transition(id, |rec| {
+                let scopes = loaded
+                    .policies
+                    .registry
+                    .tool(&rec.namespace, &rec.spec.tool_ref.name)
+                    .map(|t| t.spec.permissions.required_scopes.clone())
+                    .unwrap_or_default();
+                let spec = issue(&call_of(rec), &scopes, &request, Timestamp::now())?;
+                rec.approval = Some(ApprovalRecord {
+                    name: format!("{}-approval", rec.id),
+                    spec,
+                    consumed: false,
+                });
+                let snap = snapshot(&loaded, rec.approval.as_ref(), &[]);
+                let mut status = rec.status.clone();
+                let steps = awaiting(&snap, &call_of(rec), &mut status);
+                if steps.is_empty() {
+                    let why = snap
+                        .decide(&call_of(rec))
+                        .reasons
+                        .last()
+                        .map(|r| r.message.clone())
+                        .unwrap_or_default();
+                    return Err(ApiError::FailedPrecondition {
+                        code: "approval-not-binding",
+                        message: format!("the approval does not authorize the call: {why}"),
+                    });
+                }
+                rec.status = status;
+                Ok(steps)
+            })
+            .await?;
+        if rec.status.phase == Some(CallPhase::Authorized) {
+            crate::run::spawn(self, rec.id.clone());
+        }
+        Ok(rec)
+    }
+}

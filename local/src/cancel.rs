@@ -1,0 +1,44 @@
+//! CancelCall on the embedded runtime: a waiting or authorized call ends at once; a running one
+//! has its sandbox killed, and the run records the cancellation when the sandbox is gone.
+
+use toolgate_api::{ApiError, Caller};
+use toolgate_core::lifecycle::{cancellation, cancelled, may_cancel};
+use toolgate_crds::CallPhase;
+
+use crate::runtime::{Runtime, lock};
+use crate::store::CallRecord;
+
+impl Runtime {
+    /// Cancel a call: its principal or an approver of its namespace.
+    pub async fn cancel(
+        &self,
+        caller: &Caller,
+        id: &str,
+        reason: &str,
+    ) -> Result<CallRecord, ApiError> {
+        let rec = self.get(caller, id)?;
+        may_cancel(&rec.id, &rec.status)?;
+        let who = cancellation(caller.name(), reason);
+        if rec.status.phase == Some(CallPhase::Running) {
+            lock(&self.inner.cancelled).insert(id.to_string(), who);
+            if let Some(pgid) = lock(&self.inner.running).get(id).copied() {
+                kill_group(pgid);
+            }
+            // The run records the cancellation when the sandbox is gone.
+            return self.get(caller, id);
+        }
+        self.transition(id, |rec| {
+            may_cancel(&rec.id, &rec.status)?;
+            Ok(cancelled(&who))
+        })
+        .await
+    }
+}
+
+/// SIGKILL to a sandbox's whole process group.
+pub(crate) fn kill_group(pgid: i32) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}

@@ -1,0 +1,233 @@
+//! Placing a call on this machine: its sandbox plan from the policy, its own folder with the
+//! executor's spec and the brokered credential. Placement only: what runs, with which policy and
+//! credential, was decided by the core.
+
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, FsRules, exec_spec};
+use toolgate_core::lifecycle::{Credential, RunTarget, Step, cannot_run};
+use toolgate_crds::conditions::{SANDBOX_PREPARED, reason};
+use toolgate_sandbox::plan::{Context, Network};
+
+use crate::runtime::Config;
+use crate::store::CallRecord;
+
+/// A placed call: its sandbox and the files the executor reads and writes.
+pub(crate) struct Placed {
+    pub(crate) spec_path: PathBuf,
+    pub(crate) creds_dir: PathBuf,
+    pub(crate) result_path: PathBuf,
+    pub(crate) plan: toolgate_sandbox::SandboxPlan,
+    pub(crate) secret: Option<crate::broker::Secret>,
+    /// What SandboxPrepared says.
+    pub(crate) described: String,
+    /// How the credential went.
+    pub(crate) credential: Credential,
+}
+
+/// The sandbox a call's target runs in on this machine, and the Landlock rules of its policy;
+/// or why this runtime cannot honour the policy. Pure apart from reading the environment, so it
+/// is asked at proposal time too, before anyone approves the call.
+pub(crate) fn sandbox_plan(
+    config: &Config,
+    target: &RunTarget<'_>,
+) -> Result<(toolgate_sandbox::SandboxPlan, FsRules), toolgate_sandbox::ResolveError> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let plan = toolgate_sandbox::resolve(
+        target.policy,
+        &Context {
+            workspace: &config.workspace,
+            env: &env,
+            private: std::slice::from_ref(&config.data),
+            timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
+            executor_is_the_only_client: target.tool.spec.execution.adapter
+                == toolgate_crds::ExecutionAdapter::Http,
+        },
+    )?;
+    Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
+}
+
+/// Make the call's folders, write the executor's spec and broker the credential into the
+/// call's own folder. On failure, the steps that end the call.
+pub(crate) fn place(
+    rec: &CallRecord,
+    target: &RunTarget<'_>,
+    config: &Config,
+    run_dir: &Path,
+) -> Result<Placed, Vec<Step>> {
+    let policy_name = target.policy_name;
+    let (mut plan, confinement) = sandbox_plan(config, target).map_err(|e| {
+        cannot_run(
+            SANDBOX_PREPARED,
+            reason::SANDBOX_REFUSED,
+            format!("SandboxPolicy {policy_name}: {e}"),
+        )
+    })?;
+    let io = |what: &str, e: &dyn std::fmt::Display| {
+        cannot_run(
+            SANDBOX_PREPARED,
+            reason::SANDBOX_SETUP_FAILED,
+            format!("{what}: {e}"),
+        )
+    };
+    let creds_dir = run_dir.join("credentials");
+    let out_dir = run_dir.join("out");
+    let artifacts_root = config.data.join("artifacts");
+    let call_artifacts = crate::store::call_folder(&artifacts_root, &rec.namespace, &rec.id)
+        .map_err(|e| io("the call's artifact folder", &e))?;
+    for d in [run_dir, &creds_dir, &out_dir, &call_artifacts] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| io("creating the call's folders", &e))?;
+    }
+    let described = describe(&plan);
+    // The executor inside sees: its program, the spec and credentials (read-only), its output
+    // folder and this call's artifact folder (writable). Nothing else of the data folder.
+    if let Some(program) = config.executor.first() {
+        plan.expose_read_only(PathBuf::from(program));
+    }
+    plan.expose_read_only(run_dir.join("spec.json"));
+    plan.expose_read_only(&creds_dir);
+    plan.expose_writable(&out_dir);
+    plan.expose_writable(&call_artifacts);
+    let spec = executor_spec(rec, target, &plan, confinement, &artifacts_root);
+    let spec_path = run_dir.join("spec.json");
+    let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
+    std::fs::write(&spec_path, json).map_err(|e| io("writing the call spec", &e))?;
+    let (secret, credential) = broker(target, &spec, &creds_dir, config)?;
+    Ok(Placed {
+        spec_path,
+        creds_dir,
+        result_path: out_dir.join("result.json"),
+        plan,
+        secret,
+        described,
+        credential,
+    })
+}
+
+/// The executor's input for the call, as it sees the sandbox.
+fn executor_spec(
+    rec: &CallRecord,
+    target: &RunTarget<'_>,
+    plan: &toolgate_sandbox::SandboxPlan,
+    confinement: FsRules,
+    artifacts_root: &Path,
+) -> toolgate_core::exec::ExecSpec {
+    let tool = target.tool;
+    exec_spec(ExecInput {
+        call: CallIdentity {
+            namespace: rec.namespace.clone(),
+            name: rec.id.clone(),
+            // SandboxPrepared, CredentialsBound, then Started: the event that starts it.
+            event_id: format!("{}/{}", rec.id, rec.events + 3),
+        },
+        tool: &tool.spec,
+        policy: target.policy,
+        args: rec.spec.args.clone(),
+        dry_run: rec.spec.dry_run,
+        artifacts: ArtifactTarget::Local {
+            dir: artifacts_root.display().to_string(),
+        },
+        credential: target.binding,
+        working_dir: Some(match &tool.spec.execution.working_dir {
+            Some(w) => Path::new(toolgate_sandbox::plan::WORKSPACE_INSIDE)
+                .join(w)
+                .display()
+                .to_string(),
+            None => plan.cwd.display().to_string(),
+        }),
+        write_roots: plan
+            .writable
+            .iter()
+            .take(target.policy.filesystem.write_roots.len())
+            .map(|b| b.inside.display().to_string())
+            .collect(),
+        // Landlock inside bubblewrap, when the kernel has it: the tool keeps to the policy's
+        // roots and loses the executor's own files. Blocked paths stay bubblewrap's: covered by
+        // an empty file or folder, so `git` (a blocked .git/config) and `grep -r` (a blocked
+        // .env) still work; in a pod, where nothing can cover them, Landlock refuses them.
+        confinement: toolgate_sandbox::confine::available().then_some(FsRules {
+            blocked: Vec::new(),
+            ..confinement
+        }),
+    })
+}
+
+/// Issue the call's credential into its folder (mode 400), or say it needs none.
+fn broker(
+    target: &RunTarget<'_>,
+    spec: &toolgate_core::exec::ExecSpec,
+    creds_dir: &Path,
+    config: &Config,
+) -> Result<(Option<crate::broker::Secret>, Credential), Vec<Step>> {
+    let Some((name, binding)) = target.binding else {
+        return Ok((None, Credential::NotRequired));
+    };
+    let issued = match config.broker.issue(&spec.call.namespace, name, binding) {
+        Ok(i) => i,
+        Err(e) => {
+            return Ok((
+                None,
+                Credential::Failed {
+                    binding: name.to_string(),
+                    error: e.to_string(),
+                },
+            ));
+        }
+    };
+    let file = spec
+        .credentials
+        .first()
+        .map_or_else(|| name.to_string(), |c| c.file_name.clone());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(creds_dir.join(&file))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, issued.value.expose().as_bytes()))
+        .map_err(|e| {
+            cannot_run(
+                SANDBOX_PREPARED,
+                reason::SANDBOX_SETUP_FAILED,
+                format!("writing the credential file: {e}"),
+            )
+        })?;
+    Ok((
+        Some(issued.value),
+        Credential::Issued {
+            binding: name.to_string(),
+            delivered: format!("as file {file}"),
+            ttl_seconds: u64::from(issued.ttl_seconds),
+        },
+    ))
+}
+
+/// What SandboxPrepared says of a local sandbox.
+fn describe(plan: &toolgate_sandbox::SandboxPlan) -> String {
+    let list = |b: &[toolgate_sandbox::plan::Bind]| {
+        b.iter()
+            .map(|b| b.inside.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "read-only [{}], writable [{}], hidden {}, network {}, timeout {} ms, memory {} MiB, processes {}",
+        list(&plan.read_only),
+        list(&plan.writable),
+        plan.hidden.len(),
+        if plan.network == Network::None {
+            "none (loopback only)"
+        } else {
+            "host"
+        },
+        plan.limits.timeout.as_millis(),
+        plan.limits.memory_bytes >> 20,
+        plan.limits
+            .processes
+            .map_or("unlimited".into(), |p| p.to_string()),
+    )
+}

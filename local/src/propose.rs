@@ -1,0 +1,81 @@
+//! ProposeCall on the embedded runtime: the proposal checked, its tool named as registered, the
+//! idempotency key honoured, the call decided by the core and recorded before the caller hears.
+
+use jiff::Timestamp;
+use toolgate_api::{ApiError, Caller};
+use toolgate_core::lifecycle::{Call, propose, same_proposal};
+use toolgate_crds::CallPhase;
+
+use crate::runtime::{Runtime, internal, snapshot};
+use crate::store::CallRecord;
+
+impl Runtime {
+    /// Propose a call as `caller`.
+    pub async fn propose(
+        &self,
+        caller: &Caller,
+        req: toolgate_proto::v1::ProposeCallRequest,
+    ) -> Result<CallRecord, ApiError> {
+        let proposal = toolgate_api::request::Proposal::validate(caller, &req)?;
+        let namespace = proposal.namespace.clone();
+        let loaded = self.loaded();
+        let registry = &loaded.policies.registry;
+        let tool_name = registry.resolve_name(&namespace, &proposal.tool);
+        // Pin the version decided against, so the record names it (invariant 1).
+        let digest = proposal.tool_digest.clone().or_else(|| {
+            registry
+                .tool(&namespace, &tool_name)
+                .map(|t| t.digest.clone())
+        });
+        let spec = proposal.into_spec(caller, tool_name, digest);
+        let guard = self.write_lock().await;
+        let idem_key = spec
+            .idempotency_key
+            .as_ref()
+            .map(|k| format!("{namespace}/{}/{k}", caller.name()));
+        if let Some(key) = &idem_key
+            && let Some(existing) = self.inner.store.by_idempotency_key(key).map_err(internal)?
+            && let Some(rec) = self.inner.store.get(&existing).map_err(internal)?
+        {
+            same_proposal(&rec.id, &rec.spec, &spec)?;
+            return Ok(rec);
+        }
+        let now = Timestamp::now();
+        let mut rec = CallRecord {
+            id: toolgate_api::request::new_call_name(now),
+            namespace: namespace.clone(),
+            spec,
+            status: Default::default(),
+            created_at: now,
+            groups: caller.principal.groups.clone(),
+            approval: None,
+            sandbox: None,
+            events: 0,
+            attempts: 0,
+        };
+        let session = self.session_approvals(&rec)?;
+        let config = &self.inner.config;
+        let mut status = rec.status.clone();
+        let steps = {
+            let snap = snapshot(&loaded, None, &session);
+            let call = Call {
+                namespace: &rec.namespace,
+                name: &rec.id,
+                spec: &rec.spec,
+                status: &rec.status,
+            };
+            propose(&snap, &call, &mut status, |target| {
+                crate::place::sandbox_plan(config, target)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        rec.status = status;
+        let rec = self.persist(rec, &steps, idem_key.as_deref())?;
+        drop(guard);
+        if rec.status.phase == Some(CallPhase::Authorized) {
+            crate::run::spawn(self, rec.id.clone());
+        }
+        Ok(rec)
+    }
+}

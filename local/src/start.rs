@@ -1,0 +1,128 @@
+//! Starting the embedded runtime: load the manifests (refusing to start on any error), open the
+//! store, pick up the calls a previous process left, and follow the manifests folder.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use toolgate_api::ApiError;
+use toolgate_core::lifecycle::{awaiting, interrupted};
+use toolgate_crds::CallPhase;
+
+use crate::manifests::{Loaded, load_folder};
+use crate::runtime::{Config, Runtime, StartError, call_of, internal, snapshot};
+use crate::store::Store;
+
+impl Runtime {
+    /// Load the manifests (refusing to start on any error), open the store, recover calls a
+    /// previous process left, and watch the manifests folder.
+    pub async fn start(config: Config) -> Result<Runtime, StartError> {
+        let linter = crate::manifests::linter().map_err(|e| StartError::Linter(e.to_string()))?;
+        let loaded =
+            load_folder(&linter, &config.manifests, Timestamp::now()).map_err(|errors| {
+                StartError::Manifests {
+                    dir: config.manifests.display().to_string(),
+                    errors,
+                }
+            })?;
+        for w in &loaded.warnings {
+            tracing::warn!(warning = %w, "manifest warning");
+        }
+        let store = Store::open(&config.data)?;
+        let rt = Runtime::new(config, store, linter, loaded);
+        rt.recover().await.map_err(StartError::Recover)?;
+        let watcher = rt.clone();
+        tokio::spawn(async move { watcher.watch_manifests().await });
+        Ok(rt)
+    }
+
+    /// Calls a previous process left: a running one was interrupted (run again if its tool is
+    /// idempotent, failed otherwise), an authorized one starts.
+    async fn recover(&self) -> Result<(), ApiError> {
+        let loaded = self.loaded();
+        let open = self
+            .inner
+            .store
+            .scan(None, usize::MAX, |r| {
+                matches!(
+                    r.status.phase,
+                    Some(CallPhase::Running | CallPhase::Authorized)
+                )
+            })
+            .map_err(internal)?;
+        for rec in open {
+            let mut run = rec.status.phase == Some(CallPhase::Authorized);
+            if rec.status.phase == Some(CallPhase::Running) {
+                let idempotent = loaded
+                    .policies
+                    .registry
+                    .tool(&rec.namespace, &rec.spec.tool_ref.name)
+                    .is_some_and(|t| t.spec.effects.idempotent);
+                let rec = self
+                    .transition(&rec.id, |_| Ok(interrupted(idempotent)))
+                    .await?;
+                run = rec.status.phase == Some(CallPhase::Authorized);
+            }
+            if run {
+                crate::run::spawn(self, rec.id);
+            }
+        }
+        Ok(())
+    }
+
+    async fn watch_manifests(&self) {
+        let mut last = self.loaded().fingerprint.clone();
+        loop {
+            tokio::time::sleep(self.inner.config.reload_interval).await;
+            let dir = self.inner.config.manifests.clone();
+            let now = crate::manifests::fingerprint(&dir);
+            if now == last {
+                continue;
+            }
+            last = now;
+            match load_folder(&self.inner.linter, &dir, Timestamp::now()) {
+                Err(errors) => {
+                    tracing::error!(
+                        errors = errors.len(),
+                        "the changed manifests do not lint; keeping the previous ones:\n{}",
+                        errors.join("\n")
+                    );
+                }
+                Ok(loaded) => {
+                    tracing::info!(dir = %dir.display(), "manifests reloaded");
+                    let loaded = Arc::new(loaded);
+                    match self.inner.loaded.write() {
+                        Ok(mut g) => *g = loaded.clone(),
+                        Err(p) => *p.into_inner() = loaded.clone(),
+                    }
+                    if let Err(e) = self.review_waiting(&loaded).await {
+                        tracing::error!(error = %e, "re-checking pending calls after a reload");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls waiting for approval, looked at again under the new manifests: a changed tool ends
+    /// them, a grant gone denies them ([`awaiting`]).
+    async fn review_waiting(&self, loaded: &Loaded) -> Result<(), ApiError> {
+        let pending = self
+            .inner
+            .store
+            .scan(None, usize::MAX, |r| {
+                r.status.phase == Some(CallPhase::AwaitingApproval)
+            })
+            .map_err(internal)?;
+        for rec in pending {
+            let session = self.session_approvals(&rec)?;
+            self.transition(&rec.id, |r| {
+                let snap = snapshot(loaded, r.approval.as_ref(), &session);
+                let mut status = r.status.clone();
+                let steps = awaiting(&snap, &call_of(r), &mut status);
+                r.status = status;
+                Ok(steps)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,355 @@
+//! The agent API's methods over the cluster's objects.
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use toolgate_api::convert::tool_view;
+use toolgate_api::request::{Proposal, namespace_of, new_call_name};
+use toolgate_api::{ApiError, Backend, BoxStream, Caller};
+use toolgate_core::lifecycle::{
+    ApprovalRequest, cancellation, may_cancel, phase_name, same_proposal, sandbox_view,
+};
+use toolgate_crds::{ApprovalDecision, ToolCall, ToolCallStatus};
+use toolgate_proto::v1 as pb;
+
+use super::{KubeBackend, events_of, internal, message};
+use crate::call::CANCEL_ANNOTATION;
+use crate::policies::call_of;
+
+/// The approval that bound the call, by name.
+fn approval_of(status: &ToolCallStatus) -> Option<String> {
+    status
+        .authorization
+        .as_ref()
+        .and_then(|a| a.approval_ref.as_ref())
+        .map(|r| r.name.clone())
+}
+
+#[tonic::async_trait]
+impl Backend for KubeBackend {
+    async fn view(
+        &self,
+        caller: &Caller,
+        req: pb::GetToolViewRequest,
+    ) -> Result<pb::ToolView, ApiError> {
+        let ns = namespace_of(caller, &req.namespace)?;
+        self.in_scope(&ns)?;
+        let cluster = self.cache.namespace(&ns, "");
+        tool_view(&cluster.policies.registry, &ns, &caller.principal, &req)
+    }
+
+    async fn propose(
+        &self,
+        caller: &Caller,
+        req: pb::ProposeCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        let proposal = Proposal::validate(caller, &req)?;
+        let ns = proposal.namespace.clone();
+        self.in_scope(&ns)?;
+        let cluster = self.cache.namespace(&ns, "");
+        let registry = &cluster.policies.registry;
+        let tool = registry.resolve_name(&ns, &proposal.tool);
+        // Pin the version the call is decided against (invariant 1).
+        let digest = proposal
+            .tool_digest
+            .clone()
+            .or_else(|| registry.tool(&ns, &tool).map(|t| t.digest.clone()));
+        let name = match &proposal.idempotency_key {
+            // The same key from the same principal names the same object.
+            Some(key) => {
+                use sha2::{Digest, Sha256};
+                let h = Sha256::digest(format!("{}/{key}", caller.name()).as_bytes());
+                format!("call-{}", hex::encode(&h[..10]))
+            }
+            None => new_call_name(jiff::Timestamp::now()),
+        };
+        let spec = proposal.into_spec(caller, tool, digest);
+        let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
+        match api
+            .create(&PostParams::default(), &ToolCall::new(&name, spec.clone()))
+            .await
+        {
+            Ok(created) => Ok(message(&created)),
+            Err(kube::Error::Api(e)) if e.code == 409 && spec.idempotency_key.is_some() => {
+                let existing = api.get(&name).await.map_err(internal)?;
+                same_proposal(&format!("{ns}/{name}"), &existing.spec, &spec)?;
+                Ok(message(&existing))
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                Err(ApiError::InvalidArgument {
+                    field: "args_json".into(),
+                    message: e.message,
+                })
+            }
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    async fn get(&self, caller: &Caller, id: &str) -> Result<pb::Call, ApiError> {
+        Ok(message(&self.visible(caller, id).await?))
+    }
+
+    async fn list(
+        &self,
+        caller: &Caller,
+        req: pb::ListCallsRequest,
+    ) -> Result<pb::ListCallsResponse, ApiError> {
+        let size = toolgate_api::request::page_size(&req)?;
+        // One namespace when asked: a namespaced LIST, not every call the operator can see.
+        let api = if req.namespace.is_empty() {
+            self.scope.api::<ToolCall>(&self.client)
+        } else {
+            self.in_scope(&req.namespace)?;
+            Api::<ToolCall>::namespaced(self.client.clone(), &req.namespace)
+        };
+        let calls = api.list(&ListParams::default()).await.map_err(internal)?;
+        let mut readable: BTreeMap<String, bool> = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut items = calls.items;
+        items.sort_by_key(|c| (c.namespace(), c.name_any()));
+        for c in items {
+            let id = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
+            if !req.page_token.is_empty() && id <= req.page_token {
+                continue;
+            }
+            let ns = c.namespace().unwrap_or_default();
+            let mine = c.spec.principal == caller.name();
+            if !mine {
+                let allowed = match readable.get(&ns) {
+                    Some(a) => *a,
+                    None => {
+                        let a = self.may(caller, "list", "toolcalls", &ns).await;
+                        readable.insert(ns.clone(), a);
+                        a
+                    }
+                };
+                if !allowed {
+                    continue;
+                }
+            }
+            let phase = phase_name(c.status.as_ref().and_then(|s| s.phase));
+            if !toolgate_api::request::list_filter_matches(
+                &req,
+                &ns,
+                phase,
+                &c.spec.tool_ref.name,
+                &c.spec.principal,
+            ) {
+                continue;
+            }
+            out.push(message(&c));
+            if out.len() > size {
+                break;
+            }
+        }
+        Ok(toolgate_api::request::page(out, size))
+    }
+
+    async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<pb::CallEvent>, ApiError> {
+        let call = self.visible(caller, id).await?;
+        let ns = call.namespace().unwrap_or_default();
+        let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
+        let updates = watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={}", call.name_any())),
+        )
+        .applied_objects()
+        .map_err(internal);
+        let id = id.to_string();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut sent = 0usize;
+            futures::pin_mut!(updates);
+            while let Some(update) = updates.next().await {
+                let call = match update {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let status = call.status.clone().unwrap_or_default();
+                let events = events_of(&id, &status);
+                // Conditions only ever get added along the chain; send what is new.
+                for e in events.into_iter().skip(sent) {
+                    sent += 1;
+                    let end = e.terminal;
+                    if tx.send(Ok(e)).await.is_err() || end {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+    }
+
+    async fn cancel(
+        &self,
+        caller: &Caller,
+        req: pb::CancelCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        let call = self.visible(caller, &req.id).await?;
+        let ns = call.namespace().unwrap_or_default();
+        if call.spec.principal != caller.name()
+            && !self.may(caller, "create", "toolapprovals", &ns).await
+        {
+            return Err(ApiError::NotFound {
+                what: format!("call {:?}", req.id),
+            });
+        }
+        may_cancel(&req.id, &call.status.clone().unwrap_or_default())?;
+        let patch = serde_json::json!({"metadata": {"annotations": {CANCEL_ANNOTATION: cancellation(caller.name(), &req.reason)}}});
+        let patched = Api::<ToolCall>::namespaced(self.client.clone(), &ns)
+            .patch(
+                &call.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(internal)?;
+        Ok(message(&patched))
+    }
+
+    async fn approve(
+        &self,
+        caller: &Caller,
+        req: pb::ApproveCallRequest,
+    ) -> Result<pb::Call, ApiError> {
+        self.approval(
+            caller,
+            &req.id,
+            ApprovalRequest {
+                approver: caller.name(),
+                decision: if req.for_session {
+                    ApprovalDecision::AllowForSession
+                } else {
+                    ApprovalDecision::AllowOnce
+                },
+                shown: Some((&req.args_digest, &req.tool_digest)),
+                ttl_seconds: req.ttl_seconds,
+                comment: &req.comment,
+            },
+        )
+        .await
+    }
+
+    async fn deny(&self, caller: &Caller, req: pb::DenyCallRequest) -> Result<pb::Call, ApiError> {
+        self.approval(
+            caller,
+            &req.id,
+            ApprovalRequest {
+                approver: caller.name(),
+                decision: ApprovalDecision::Deny,
+                shown: None,
+                ttl_seconds: 0,
+                comment: &req.comment,
+            },
+        )
+        .await
+    }
+
+    async fn explain(&self, caller: &Caller, id: &str) -> Result<pb::Explanation, ApiError> {
+        let call = self.visible(caller, id).await?;
+        let ns = call.namespace().unwrap_or_default();
+        let status = call.status.clone().unwrap_or_default();
+        let name = call.name_any();
+        let cluster = self.cache.namespace(&ns, &name);
+        let lifecycle_call = call_of(&call, &name, &ns, &status);
+        let view = tool_view(
+            &cluster.policies.registry,
+            &ns,
+            &lifecycle_call.principal(),
+            &toolgate_api::convert::explanation_view_request(&ns, &call.spec),
+        )?;
+        let snapshot = cluster.snapshot();
+        let sandbox = sandbox_view(
+            &snapshot,
+            &lifecycle_call,
+            serde_json::json!({
+                "runtime": "cluster",
+                "pod": status.runtime.as_ref().and_then(|r| r.pod_name.clone()),
+            }),
+        );
+        let approver = approval_of(&status)
+            .and_then(|a| snapshot.approval(&a).map(|e| e.spec.approver.clone()))
+            .unwrap_or_default();
+        let approval = approval_of(&status).unwrap_or_default();
+        Ok(toolgate_api::convert::explanation(
+            message(&call),
+            &status,
+            toolgate_api::convert::Trace {
+                view: Some(view),
+                events: events_of(id, &status),
+                approver,
+                approval,
+                sandbox_json: if sandbox.is_null() {
+                    String::new()
+                } else {
+                    sandbox.to_string()
+                },
+            },
+        ))
+    }
+
+    async fn artifact(
+        &self,
+        caller: &Caller,
+        req: pb::GetArtifactRequest,
+    ) -> Result<BoxStream<pb::ArtifactChunk>, ApiError> {
+        use object_store::ObjectStoreExt;
+        let call = self.visible(caller, &req.call_id).await?;
+        let not_found = || ApiError::NotFound {
+            what: format!("artifact {:?} of call {}", req.artifact_id, req.call_id),
+        };
+        let artifact = call
+            .status
+            .as_ref()
+            .and_then(|s| s.result.as_ref())
+            .and_then(|r| {
+                r.artifacts
+                    .iter()
+                    .find(|a| a.artifact_id == req.artifact_id)
+            })
+            .cloned()
+            .ok_or_else(not_found)?;
+        let store =
+            toolgate_executor::store::ArtifactStore::open(&self.artifacts).map_err(internal)?;
+        let key = artifact
+            .uri
+            .strip_prefix(&format!("{}/", store.uri_prefix))
+            .ok_or_else(|| {
+                internal(format!(
+                    "artifact {} is not in this operator's store",
+                    artifact.uri
+                ))
+            })?
+            .to_string();
+        let bytes = store
+            .store
+            .get(&object_store::path::Path::from(key))
+            .await
+            .map_err(|_| not_found())?
+            .bytes()
+            .await
+            .map_err(internal)?;
+        let chunks: Vec<Result<pb::ArtifactChunk, ApiError>> = bytes
+            .chunks(64 * 1024)
+            .enumerate()
+            .map(|(i, c)| {
+                Ok(pb::ArtifactChunk {
+                    data: c.to_vec(),
+                    content_hash: if i == 0 {
+                        artifact.content_hash.clone()
+                    } else {
+                        String::new()
+                    },
+                    size_bytes: if i == 0 { artifact.size_bytes } else { 0 },
+                })
+            })
+            .collect();
+        Ok(futures::stream::iter(chunks).boxed())
+    }
+}

@@ -1,0 +1,192 @@
+//! Starting an authorized call on the cluster: the core plans the run; this step checks what
+//! only the cluster knows (the workspace claim), brokers the credential, applies the children
+//! with server-side apply, and records the steps up to Started.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use toolgate_core::lifecycle::{
+    Credential, RunTarget, Snapshot, Step, cannot_run, plan_run, start_steps,
+};
+use toolgate_crds::conditions::{SANDBOX_PREPARED, reason};
+use toolgate_crds::{CallPhase, ToolCall, ToolCallStatus};
+
+use super::plan::{self, Children};
+use super::{Context, Error, kube_error};
+use crate::build::{self, Owner};
+use crate::descriptor::FIELD_MANAGER;
+use crate::policies::call_of;
+
+/// Start an authorized call: its pod, NetworkPolicy, spec and credential.
+pub(super) async fn start(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    snapshot: &Snapshot<'_>,
+    mut status: ToolCallStatus,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let current = status.clone();
+    let run = match plan_run(snapshot, &call_of(call, &name, ns, &current), &mut status) {
+        Ok(run) => run,
+        Err(steps) => {
+            ctx.record(call, &mut status, &steps).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let uid = call.metadata.uid.clone().unwrap_or_default();
+    let owner = Owner {
+        name: &name,
+        namespace: ns,
+        uid: &uid,
+    };
+    let sandbox = match prepare(ctx, call, &owner, &run.target).await? {
+        Ok(s) => s,
+        Err(steps) => {
+            ctx.record(call, &mut status, &steps).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let described = plan::described(call, &run.target, &sandbox.spec);
+    let (credential, issued) = broker(ctx, ns, &run.target, &sandbox.spec);
+    let children = plan::children(
+        &owner,
+        &run.target,
+        sandbox,
+        issued.as_ref().map(|(f, v)| (f.as_str(), v.expose())),
+        &ctx.config,
+    )
+    .map_err(|source| Error::Json {
+        what: "the call's ConfigMap",
+        source,
+    })?;
+    let child = build::child_name(&name);
+    let steps = start_steps(
+        &run.target,
+        &mut status,
+        described,
+        credential,
+        format!("pod {child} created; the executor starts in it"),
+    );
+    if steps.last().and_then(|s| s.phase) == Some(CallPhase::Running) {
+        apply_children(&ctx.client, ns, &child, children).await?;
+        status.runtime.get_or_insert_with(Default::default).pod_name = Some(child);
+    }
+    ctx.record(call, &mut status, &steps).await?;
+    // An allowOnce approval is used up when the run starts, on both runtimes.
+    if let Some(approval) = run.consumes
+        && status.phase == Some(CallPhase::Running)
+    {
+        super::cleanup::consume_approval(ctx, ns, approval).await;
+    }
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// The call's sandbox, after what only the cluster can say: a pod whose workspace claim does not
+/// exist would stay Pending, and the call Running, forever.
+async fn prepare(
+    ctx: &Context,
+    call: &ToolCall,
+    owner: &Owner<'_>,
+    target: &RunTarget<'_>,
+) -> Result<Result<plan::Sandbox, Vec<Step>>, Error> {
+    let sandbox = match plan::sandbox(owner, &call.spec, target, &ctx.config) {
+        Ok(s) => s,
+        Err(steps) => return Ok(Err(steps)),
+    };
+    if let Some(claim) = &target.policy.filesystem.workspace_claim_name
+        && Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), owner.namespace)
+            .get_opt(claim)
+            .await
+            .map_err(kube_error("reading the workspace claim"))?
+            .is_none()
+    {
+        return Ok(Err(cannot_run(
+            SANDBOX_PREPARED,
+            reason::WORKSPACE_CLAIM_MISSING,
+            format!(
+                "SandboxPolicy {}: its workspace PersistentVolumeClaim {claim} does not exist in {}",
+                target.policy_name, owner.namespace
+            ),
+        )));
+    }
+    Ok(Ok(sandbox))
+}
+
+/// Issue the call's credential, if it has one: how it went (for CredentialsBound), and the
+/// file name and value for its Secret.
+fn broker(
+    ctx: &Context,
+    ns: &str,
+    target: &RunTarget<'_>,
+    spec: &toolgate_core::exec::ExecSpec,
+) -> (Credential, Option<(String, toolgate_broker::Secret)>) {
+    let Some((binding, b)) = target.binding else {
+        return (Credential::NotRequired, None);
+    };
+    match ctx.config.broker.issue(ns, binding, b) {
+        Err(e) => (
+            Credential::Failed {
+                binding: binding.into(),
+                error: e.to_string(),
+            },
+            None,
+        ),
+        Ok(issued) => {
+            let file = spec
+                .credentials
+                .first()
+                .map_or_else(|| binding.to_string(), |c| c.file_name.clone());
+            (
+                Credential::Issued {
+                    binding: binding.into(),
+                    delivered: format!(
+                        "as file {file} in Secret {}",
+                        build::child_name(&spec.call.name)
+                    ),
+                    ttl_seconds: u64::from(issued.ttl_seconds),
+                },
+                Some((file, issued.value)),
+            )
+        }
+    }
+}
+
+/// Apply every child, the pod last (its NetworkPolicy, spec and credential exist before it).
+async fn apply_children(
+    client: &Client,
+    ns: &str,
+    child: &str,
+    children: Children,
+) -> Result<(), Error> {
+    let Children {
+        network_policy,
+        config_map,
+        secret,
+        pod,
+    } = children;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+        .patch(child, &pp, &Patch::Apply(&network_policy))
+        .await
+        .map_err(kube_error("applying the call's NetworkPolicy"))?;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(child, &pp, &Patch::Apply(&config_map))
+        .await
+        .map_err(kube_error("applying the call's ConfigMap"))?;
+    if let Some(secret) = secret {
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(child, &pp, &Patch::Apply(&secret))
+            .await
+            .map_err(kube_error("applying the call's credential Secret"))?;
+    }
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(child, &pp, &Patch::Apply(&pod))
+        .await
+        .map_err(kube_error("applying the call's pod"))?;
+    Ok(())
+}

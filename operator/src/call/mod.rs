@@ -1,0 +1,339 @@
+//! The ToolCall controller: the causal chain on a cluster.
+//!
+//! Each reconcile takes one step, in files named after them: [`dereference`] (what the call is
+//! decided against: the shared caches, or the API server when they would end the call) → the
+//! core's lifecycle decides (propose, awaiting, plan the run) → [`plan`] builds the children
+//! (pure: NetworkPolicy, ConfigMap, Secret, Pod) → [`apply`] applies them with server-side
+//! apply → [`observe`] follows the pod and takes the executor's result from its termination
+//! message → [`cleanup`] removes the children. Every step is recorded as a status condition and
+//! an Event ([`record`]). A denied call never creates a pod; names are deterministic, so a
+//! restarted operator applies the same pod instead of a second one; a finalizer removes the
+//! credential and the children even when the call is deleted mid-flight.
+
+mod apply;
+mod cleanup;
+mod dereference;
+mod observe;
+mod plan;
+mod record;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::core::error_boundary::DeserializeGuard;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use toolgate_broker::CredentialBroker;
+use toolgate_core::exec::ArtifactTarget;
+use toolgate_core::lifecycle::{awaiting, cancelled, is_terminal, propose};
+use toolgate_crds::{CallPhase, ToolCall};
+
+use crate::build;
+use crate::cache::{PolicyCache, Subscriptions};
+use crate::policies::call_of;
+
+/// The finalizer that guarantees cleanup.
+pub const FINALIZER: &str = "toolgate.dev/cleanup";
+
+/// Annotation CancelCall sets (`who: why`); the controller stops the call when it sees it.
+pub const CANCEL_ANNOTATION: &str = "toolgate.dev/cancel-requested";
+
+/// How the operator runs calls.
+pub struct CallConfig {
+    /// Executor image when the descriptor names none.
+    pub executor_image: String,
+    /// Where executors store artifacts.
+    pub artifacts: ArtifactTarget,
+    /// A Secret (in the call's namespace) whose keys become the executor's environment: the
+    /// artifact store's credentials.
+    pub artifact_secret: Option<String>,
+    /// Where credentials come from.
+    pub broker: Arc<dyn CredentialBroker>,
+    /// CIDRs of the artifact store, opened in every call's NetworkPolicy for the executor.
+    pub artifact_egress: Vec<String>,
+    /// How long a failed call's pod is kept for debugging.
+    pub keep_failed_pods: Duration,
+}
+
+/// What every reconcile of a ToolCall needs, shared by all of them.
+pub struct Context {
+    /// The operator's client (its own service account: least-privilege RBAC in the chart).
+    pub client: Client,
+    /// Publishes one Event per step, on the call.
+    pub recorder: Recorder,
+    /// How calls run: executor image, artifact store, broker, egress, retention.
+    pub config: CallConfig,
+    /// Phase transitions, decisions, reconcile durations and errors (bounded labels).
+    pub metrics: Arc<crate::ops::Metrics>,
+    /// Consecutive failures per call, for exponential backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolCall>, u32>>,
+    /// The namespaces' policy objects, shared with the agent API.
+    pub cache: PolicyCache,
+}
+
+/// Why a reconcile failed; transient, retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What the controller was doing.
+        action: &'static str,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A child could not be serialized (a bug).
+    #[error("serializing {what}: {source}")]
+    Json {
+        /// What.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A ToolCall without a namespace (the CRD is namespaced: a bug if seen).
+    #[error("ToolCall {0} has no namespace")]
+    NoNamespace(String),
+    /// Adding or removing the finalizer, or the step inside it.
+    #[error(transparent)]
+    Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A bounded name for the kind of failure: the reason of the Warning Event and the
+    /// `category` label of `toolgate_reconcile_errors_total`.
+    pub fn category(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Kube { .. } => "KubeApiFailed",
+            Error::Json { .. } => "SerializationFailed",
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Finalizer(inner) => match &**inner {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.category(),
+                F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",
+                F::UnnamedObject | F::InvalidFinalizer => "InvalidObject",
+            },
+        }
+    }
+}
+
+/// `map_err` for a kube request: what was being done, and the client's error kept.
+pub(crate) fn kube_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { action, source }
+}
+
+/// One reconcile of a call that deserialized. The finalizer wraps the step so cleanup runs even
+/// when the call is deleted mid-flight.
+#[tracing::instrument(skip(call, ctx), fields(call = %call.name_any(), namespace = call.namespace().unwrap_or_default()))]
+pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = call
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
+    let key = ObjectRef::from_obj(&*call);
+    let began = std::time::Instant::now();
+    let api = Api::<ToolCall>::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, call, |event| async {
+        match event {
+            Finalizer::Apply(call) => advance(&call, &ctx, &ns).await,
+            Finalizer::Cleanup(call) => {
+                cleanup::remove_children(&ctx.client, &ns, &call.name_any(), true).await?;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .observe("toolcall", result.is_ok(), began.elapsed());
+    match &result {
+        Ok(_) => {
+            if let Ok(mut f) = ctx.failures.lock() {
+                f.remove(&key);
+            }
+        }
+        Err(e) => ctx.metrics.error("toolcall", e.category()),
+    }
+    result
+}
+
+/// A watched object that does not deserialize never wedges the controller: it is logged and
+/// left until it changes.
+async fn reconcile_guarded(
+    guard: Arc<DeserializeGuard<ToolCall>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match &guard.0 {
+        Ok(call) => reconcile(Arc::new(call.clone()), ctx).await,
+        Err(invalid) => {
+            ctx.metrics.error("toolcall", "InvalidObject");
+            tracing::warn!(
+                call = invalid.metadata.name.as_deref().unwrap_or_default(),
+                namespace = invalid.metadata.namespace.as_deref().unwrap_or_default(),
+                error = %invalid.error,
+                "a ToolCall does not deserialize; waiting for it to change"
+            );
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Move a call one step along its chain.
+async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Error> {
+    let name = call.name_any();
+    let mut status = call.status.clone().unwrap_or_default();
+    if is_terminal(status.phase) {
+        // An approval that arrives after the end is marked void, where reviewers look.
+        let cached = ctx.cache.namespace(ns, &name);
+        cleanup::mark_approvals(ctx, ns, call, &status, &cached.snapshot()).await;
+        return cleanup::finish(call, ctx, ns, &status).await;
+    }
+    if let Some(who) = call.annotations().get(CANCEL_ANNOTATION) {
+        // Stop whatever runs, then record it: the pod, its credential and the rest go now.
+        cleanup::remove_children(&ctx.client, ns, &name, true).await?;
+        ctx.record(call, &mut status, &cancelled(who)).await?;
+        return Ok(Action::await_change());
+    }
+    // The shared caches, unless they would end the call: then the API server confirms it. The
+    // snapshot kept is the one the transition decides with, so a call is decided once.
+    let cached = ctx.cache.namespace(ns, &name);
+    let fresh;
+    let mut snap = cached.snapshot();
+    if dereference::would_end(&snap, &call_of(call, &name, ns, &status)) {
+        fresh = crate::policies::dereference(&ctx.client, ns, &name)
+            .await
+            .map_err(kube_error("listing the namespace's policy objects"))?;
+        snap = fresh.snapshot();
+    }
+    match status.phase {
+        None | Some(CallPhase::Pending) => {
+            let current = status.clone();
+            let uid = call.metadata.uid.clone().unwrap_or_default();
+            let owner = build::Owner {
+                name: &name,
+                namespace: ns,
+                uid: &uid,
+            };
+            let steps = propose(
+                &snap,
+                &call_of(call, &name, ns, &current),
+                &mut status,
+                |t| plan::placeable(&owner, t, &ctx.config.artifact_egress),
+            );
+            ctx.record(call, &mut status, &steps).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Some(CallPhase::AwaitingApproval) => {
+            cleanup::mark_approvals(ctx, ns, call, &status, &snap).await;
+            let current = status.clone();
+            let steps = awaiting(&snap, &call_of(call, &name, ns, &current), &mut status);
+            if steps.is_empty() {
+                // Still waiting; approvals that do not bind say why in the decision's reasons.
+                return Ok(Action::await_change());
+            }
+            ctx.record(call, &mut status, &steps).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Some(CallPhase::Authorized) => apply::start(call, ctx, ns, &snap, status).await,
+        Some(CallPhase::Running) => observe::observe(call, ctx, ns, status).await,
+        _ => Ok(Action::await_change()),
+    }
+}
+
+fn error_policy(
+    guard: Arc<DeserializeGuard<ToolCall>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let name = guard
+        .0
+        .as_ref()
+        .map(|c| c.name_any())
+        .unwrap_or_else(|i| i.metadata.name.clone().unwrap_or_default());
+    let key = match &guard.0 {
+        Ok(call) => ObjectRef::from_obj(call),
+        Err(i) => ObjectRef::new(&name).within(i.metadata.namespace.as_deref().unwrap_or_default()),
+    };
+    let n = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(key).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = crate::descriptor::backoff(n - 1);
+    tracing::warn!(call = %name, %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Run the controller until shutdown.
+pub async fn run(
+    client: Client,
+    config: CallConfig,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::ops::Metrics>,
+    health: Arc<crate::ops::Health>,
+    (cache, subscriptions): (PolicyCache, Subscriptions),
+) {
+    let calls = scope.api::<DeserializeGuard<ToolCall>>(&client);
+    let controller = Controller::new(calls, watcher::Config::default());
+    let store = controller.store();
+    let by_descriptor = store.clone();
+    crate::ops::ready_when_synced(health, store.clone(), cache.clone());
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "toolgate-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    controller
+        .owns(
+            scope.api::<Pod>(&client),
+            watcher::Config::default().labels(build::CALL_LABEL),
+        )
+        // Through the shared caches' streams: a reconcile they trigger sees the change.
+        .watches_shared_stream(subscriptions.approvals, |a| {
+            a.namespace().map(|ns| {
+                ObjectRef::<DeserializeGuard<ToolCall>>::new(&a.spec.call_ref.name).within(&ns)
+            })
+        })
+        .watches_shared_stream(subscriptions.descriptors, move |td| {
+            by_descriptor
+                .state()
+                .into_iter()
+                .filter_map(|guard| {
+                    let c = guard.0.as_ref().ok()?;
+                    (c.namespace() == td.namespace()
+                        && Some(c.spec.tool_ref.name.as_str()) == td.metadata.name.as_deref()
+                        && !is_terminal(c.status.as_ref().and_then(|s| s.phase)))
+                    .then(|| ObjectRef::from_obj(&*guard))
+                })
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal()
+        .run(
+            reconcile_guarded,
+            error_policy,
+            Arc::new(Context {
+                client,
+                recorder,
+                config,
+                metrics,
+                failures: Default::default(),
+                cache,
+            }),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
