@@ -10,7 +10,7 @@ use toolgate_core::registry::Registry;
 use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
 
 use crate::error::ApiError;
-use crate::request::parse_action_type;
+use crate::validate::parse_action_type;
 use toolgate_crds::{ToolCallSpec, ToolCallStatus};
 use toolgate_proto::v1 as pb;
 

@@ -2,12 +2,13 @@
 //! namespaces are chosen.
 
 use jiff::Timestamp;
-use toolgate_crds::{ActionType, CallIntent, ToolCallSpec, ToolRef};
+use toolgate_crds::{CallIntent, ToolCallSpec, ToolRef};
 use toolgate_proto::v1 as pb;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::validate::Checked;
+use crate::validate::{Checked, parse_action_type};
+pub use crate::validate::{is_digest, page_size};
 
 /// A proposal whose fields passed their checks.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ impl Proposal {
                 "args_json",
                 format!(
                     "expected a JSON object, got {}",
-                    toolgate_core::lint::short_json(&args)
+                    toolgate_core::args::short_json(&args)
                 ),
             ));
         }
@@ -118,27 +119,6 @@ pub fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError
     Ok(ns)
 }
 
-pub fn parse_action_type(s: &str) -> Result<ActionType, ApiError> {
-    ActionType::ALL
-        .into_iter()
-        .find(|a| a.as_str() == s)
-        .ok_or_else(|| {
-            let all: Vec<&str> = ActionType::ALL.iter().map(|a| a.as_str()).collect();
-            ApiError::field(
-                "intent.action_type",
-                format!("expected one of {}, got {s:?}", all.join(", ")),
-            )
-        })
-}
-
-pub fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    })
-}
-
 /// `call-20261130-081203-4f2a9c`: sorts by time, unique within the process and across restarts.
 pub fn new_call_name(now: Timestamp) -> String {
     use sha2::{Digest, Sha256};
@@ -159,18 +139,6 @@ pub fn new_call_name(now: Timestamp) -> String {
             .collect()
     };
     format!("call-{}-{}-{rand}", digits(0..10), digits(11..19))
-}
-
-/// The page size a ListCalls request asks for (0 means 50; at most 500).
-pub fn page_size(req: &pb::ListCallsRequest) -> Result<usize, ApiError> {
-    match req.page_size {
-        0 => Ok(50),
-        n @ 1..=500 => Ok(n as usize),
-        n => Err(ApiError::field(
-            "page_size",
-            format!("expected 1 to 500, got {n}"),
-        )),
-    }
 }
 
 /// Bytes of calls one ListCalls page holds at most, whatever its size asks: well under the 4 MiB a

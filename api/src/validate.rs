@@ -3,9 +3,11 @@
 //! API path), every string has a bound, enums are known values. A rejection is an
 //! InvalidArgument naming the field, what was expected and what came.
 
+use toolgate_core::lifecycle::phase_name;
 use toolgate_core::names::{
     LABEL_RULE, MAX_SUBDOMAIN, SUBDOMAIN_RULE, is_dns_label, is_dns_subdomain,
 };
+use toolgate_crds::ActionType;
 use toolgate_proto::v1 as pb;
 
 use crate::error::ApiError;
@@ -24,18 +26,6 @@ pub const MAX_PRINCIPAL: usize = 512;
 pub const MAX_VIEW_TOOLS: u32 = 1000;
 /// Longest page token (a call id: `namespace/name`).
 pub const MAX_PAGE_TOKEN: usize = 63 + 1 + MAX_SUBDOMAIN;
-
-/// The phases a ListCalls filter may name.
-pub const PHASES: &[&str] = &[
-    "Pending",
-    "AwaitingApproval",
-    "Authorized",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Denied",
-    "Cancelled",
-];
 
 /// What a got value looks like in a message: quoted, cut, never megabytes.
 pub fn shown(s: &str) -> String {
@@ -147,7 +137,7 @@ pub fn artifact_id(field: &str, s: &str) -> Result<(), ApiError> {
 
 /// A digest: empty, or `sha256:` and 64 lowercase hex digits.
 pub fn optional_digest(field: &str, s: &str) -> Result<(), ApiError> {
-    if s.is_empty() || crate::request::is_digest(s) {
+    if s.is_empty() || is_digest(s) {
         return Ok(());
     }
     Err(ApiError::field(
@@ -191,6 +181,39 @@ pub fn required_text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
     text(field, s, max)
 }
 
+pub fn parse_action_type(s: &str) -> Result<ActionType, ApiError> {
+    ActionType::ALL
+        .into_iter()
+        .find(|a| a.as_str() == s)
+        .ok_or_else(|| {
+            let all: Vec<&str> = ActionType::ALL.iter().map(|a| a.as_str()).collect();
+            ApiError::field(
+                "intent.action_type",
+                format!("expected one of {}, got {s:?}", all.join(", ")),
+            )
+        })
+}
+
+pub fn is_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    })
+}
+
+/// The page size a ListCalls request asks for (0 means 50; at most 500).
+pub fn page_size(req: &pb::ListCallsRequest) -> Result<usize, ApiError> {
+    match req.page_size {
+        0 => Ok(50),
+        n @ 1..=500 => Ok(n as usize),
+        n => Err(ApiError::field(
+            "page_size",
+            format!("expected 1 to 500, got {n}"),
+        )),
+    }
+}
+
 /// A request whose fields are checked before a backend sees it.
 pub trait Checked {
     /// Every field, or the first one that is wrong.
@@ -202,8 +225,7 @@ impl Checked for pb::GetToolViewRequest {
         optional_namespace("namespace", &self.namespace)?;
         text("intent", &self.intent, MAX_INTENT_TEXT)?;
         if !self.action_type.is_empty() {
-            crate::request::parse_action_type(&self.action_type)
-                .map_err(|e| rename(e, "action_type"))?;
+            parse_action_type(&self.action_type).map_err(|e| rename(e, "action_type"))?;
         }
         if pb::ViewFormat::try_from(self.format).is_err() {
             return Err(ApiError::field(
@@ -263,7 +285,7 @@ impl Checked for pb::ProposeCallRequest {
         for (i, r) in intent.evidence_refs.iter().enumerate() {
             required_text(&format!("intent.evidence_refs[{i}]"), r, MAX_EVIDENCE_REF)?;
         }
-        crate::request::parse_action_type(&intent.action_type)?;
+        parse_action_type(&intent.action_type)?;
         Ok(())
     }
 }
@@ -289,19 +311,20 @@ impl Checked for pb::ExplainCallRequest {
 impl Checked for pb::ListCallsRequest {
     fn check(&self) -> Result<(), ApiError> {
         optional_namespace("namespace", &self.namespace)?;
-        if !self.phase.is_empty() && !PHASES.contains(&self.phase.as_str()) {
+        let phases = toolgate_core::lifecycle::PHASES.map(|p| phase_name(Some(p)));
+        if !self.phase.is_empty() && !phases.contains(&self.phase.as_str()) {
             return Err(ApiError::field(
                 "phase",
                 format!(
                     "expected one of {}, got {}",
-                    PHASES.join(", "),
+                    phases.join(", "),
                     shown(&self.phase)
                 ),
             ));
         }
         optional_tool_name("tool", &self.tool)?;
         text("principal", &self.principal, MAX_PRINCIPAL)?;
-        crate::request::page_size(self)?;
+        page_size(self)?;
         if !self.page_token.is_empty() {
             call_id("page_token", &self.page_token).map_err(|_| {
                 ApiError::field(

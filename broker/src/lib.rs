@@ -3,6 +3,7 @@
 //!
 //! This file ships the file broker (a local secrets file, readable only by its owner) behind the
 //! interface a Vault broker implements.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

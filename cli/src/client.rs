@@ -183,7 +183,7 @@ pub fn call_summary(c: &pb::Call) -> String {
         .conditions
         .iter()
         .rev()
-        .find(|x| x.status == "False" && x.r#type != "StateUpdated")
+        .find(|x| x.status == "False" && x.r#type != toolgate_crds::conditions::STATE_UPDATED)
     {
         s.push_str(&format!(
             "\n  why: {} {}: {}",
@@ -209,8 +209,8 @@ pub fn call_summary(c: &pb::Call) -> String {
 /// ran, 3 it waits for an approval, 4 it was denied, 1 it failed or was cancelled.
 pub fn phase_exit_code(phase: &str) -> ExitCode {
     match phase {
-        "AwaitingApproval" => ExitCode::from(crate::policy_cmds::EXIT_APPROVAL),
-        "Denied" => ExitCode::from(crate::policy_cmds::EXIT_DENY),
+        "AwaitingApproval" => ExitCode::from(crate::exit::EXIT_APPROVAL),
+        "Denied" => ExitCode::from(crate::exit::EXIT_DENY),
         "Failed" | "Cancelled" => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     }

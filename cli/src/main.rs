@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod client;
 mod crds_cmd;
 mod demo;
+mod exit;
 mod lint_cmd;
 mod local_cmd;
 mod out;

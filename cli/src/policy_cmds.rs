@@ -18,12 +18,7 @@ use toolgate_crds::{ActionType, DecisionOutcome};
 use crate::lint_cmd::{lint_paths, linter};
 use crate::out::{out, outln};
 
-/// Exit code of `check` when approval is needed.
-pub const EXIT_APPROVAL: u8 = 3;
-/// Exit code of `check` when the call is denied.
-pub const EXIT_DENY: u8 = 4;
-/// Exit code when the manifests themselves do not lint.
-pub const EXIT_BAD_MANIFESTS: u8 = 2;
+use crate::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
 
 /// Output of the review commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

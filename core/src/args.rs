@@ -152,7 +152,7 @@ fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
             rule: "type".into(),
             message: format!(
                 "expected an object of named args, found {}",
-                crate::lint::short_json(args)
+                short_json(args)
             ),
         });
     }
@@ -177,6 +177,17 @@ fn nesting_depth(v: &Value) -> usize {
         }
     }
     max
+}
+
+/// A value for a message: JSON, cut to 80 characters.
+pub fn short_json(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 80 {
+        let cut: String = s.chars().take(77).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
 }
 
 #[cfg(test)]

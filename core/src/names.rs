@@ -38,6 +38,29 @@ pub const LABEL_RULE: &str = "a DNS label (lowercase letters, digits and '-', st
 /// What a subdomain must look like, for error messages.
 pub const SUBDOMAIN_RULE: &str = "a DNS subdomain name (lowercase letters, digits, '-' and '.', each part starting and ending with a letter or digit, at most 253 characters)";
 
+/// A provider-safe name (`^[a-zA-Z0-9_-]{1,64}$`): dots become `__`; a name that is too long
+/// or already taken gets a short digest suffix. [`ToolView::resolve`] maps it back.
+pub fn provider_name(canonical: &str, used: &mut std::collections::BTreeSet<String>) -> String {
+    let mut name: String = canonical
+        .replace('.', "__")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.len() > 64 || used.contains(&name) {
+        let suffix = &crate::digest::sha256(canonical.as_bytes())[7..15];
+        name.truncate(55);
+        name = format!("{name}_{suffix}");
+    }
+    used.insert(name.clone());
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

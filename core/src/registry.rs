@@ -373,7 +373,7 @@ impl Registry {
         self.tools_in(namespace)
             .find(|t| {
                 t.spec.canonical_name == requested
-                    || crate::view::provider_name(&t.spec.canonical_name, &mut Default::default())
+                    || crate::names::provider_name(&t.spec.canonical_name, &mut Default::default())
                         == requested
             })
             .map_or_else(|| requested.to_string(), |t| t.name.clone())

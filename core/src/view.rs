@@ -383,28 +383,7 @@ fn shared(a: &BTreeSet<String>, b: &BTreeSet<String>) -> String {
         .join(", ")
 }
 
-/// A provider-safe name (`^[a-zA-Z0-9_-]{1,64}$`): dots become `__`; a name that is too long
-/// or already taken gets a short digest suffix. [`ToolView::resolve`] maps it back.
-pub fn provider_name(canonical: &str, used: &mut BTreeSet<String>) -> String {
-    let mut name: String = canonical
-        .replace('.', "__")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if name.is_empty() || name.len() > 64 || used.contains(&name) {
-        let suffix = &crate::digest::sha256(canonical.as_bytes())[7..15];
-        name.truncate(55);
-        name = format!("{name}_{suffix}");
-    }
-    used.insert(name.clone());
-    name
-}
+pub use crate::names::provider_name;
 
 impl ToolView {
     /// The tool (object name) a provider's tool name refers to.

@@ -8,10 +8,11 @@ use toolgate_core::exec::ExecSpec;
 use toolgate_core::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
 
+use crate::outcome::{Ended, assemble, failure, open_output, target};
 use crate::render::{render_text, render_url};
-use crate::run::{Credential, ExecError, assemble, failure, open_output, target};
 use crate::sink::Sink;
-use crate::store::ArtifactStore;
+use crate::spec::{Credential, ExecError};
+use toolgate_artifacts::ArtifactStore;
 
 /// Whether `host` is one of the allowed domains (`*.example.com` matches subdomains only).
 pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
@@ -276,7 +277,7 @@ pub(crate) async fn run_http(
         spec,
         out,
         None,
-        crate::run::Ended {
+        Ended {
             code: Some(status),
             signal: None,
             timed_out,

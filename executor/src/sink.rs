@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use toolgate_core::redact::{Redactor, StreamRedactor};
 use toolgate_crds::{ArtifactKind, ArtifactRef};
 
-use crate::store::ArtifactStore;
+use toolgate_artifacts::ArtifactStore;
 
 /// Upload parts of this size; at most this many in flight.
 const PART_BYTES: usize = 5 * 1024 * 1024;

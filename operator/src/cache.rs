@@ -6,7 +6,7 @@
 //! that fill the caches (`watches_shared_stream`), so a reconcile they trigger already sees them.
 //! Another object may be newer than the cache; a cached view that would end a call (a deny, or a
 //! missing tool, policy or binding) is therefore confirmed against the API server first
-//! ([`crate::call`]), which is the only case that still lists.
+//! (by the ToolCall controller), which is the only case that still lists.
 
 use std::sync::Arc;
 

@@ -34,15 +34,25 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(2u64.saturating_mul(1u64 << failures.min(8)).min(300))
 }
 
-/// Why a reconcile failed; transient, retried with a pause.
+/// Why a ToolDescriptor reconcile failed; retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The API server refused or failed a request.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// A cluster-scoped descriptor cannot exist (the CRD is namespaced): a bug if seen.
+    /// A ToolDescriptor without a namespace (the CRD is namespaced: a bug if seen).
     #[error("ToolDescriptor {0} has no namespace")]
     NoNamespace(String),
+}
+
+impl Error {
+    /// A bounded name for the kind of failure (a log field and metric label).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiFailed",
+            Error::NoNamespace(_) => "NoNamespace",
+        }
+    }
 }
 
 /// The metadata the core reads from a Kubernetes object.
@@ -193,7 +203,7 @@ fn error_policy(td: Arc<ToolDescriptor>, error: &Error, ctx: Arc<Context>) -> Ac
         Err(_) => 1,
     };
     let delay = backoff(n - 1);
-    tracing::warn!(descriptor = %td.name_any(), %error, failures = n, retry_in = ?delay, "reconcile failed");
+    tracing::warn!(descriptor = %td.name_any(), %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 

@@ -14,7 +14,7 @@ use toolgate_core::registry::GrantUsage;
 use toolgate_crds::conditions::{ACTIVE, condition, reason, set_condition};
 use toolgate_crds::{ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus};
 
-use crate::descriptor::{Error, FIELD_MANAGER, backoff};
+use crate::descriptor::{FIELD_MANAGER, backoff};
 
 /// What a reconcile needs.
 pub struct Context {
@@ -85,6 +85,27 @@ pub fn desired_status(
     (s, next)
 }
 
+/// Why a ToolGrant reconcile failed; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A ToolGrant without a namespace (the CRD is namespaced: a bug if seen).
+    #[error("ToolGrant {0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    /// A bounded name for the kind of failure (a log field and metric label).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiFailed",
+            Error::NoNamespace(_) => "NoNamespace",
+        }
+    }
+}
+
 async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = g
         .namespace()
@@ -113,7 +134,7 @@ async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error
 }
 
 fn error_policy(g: Arc<ToolGrant>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(grant = %g.name_any(), %error, "reconcile failed");
+    tracing::warn!(grant = %g.name_any(), %error, category = error.category(), "reconcile failed");
     Action::requeue(backoff(2))
 }
 

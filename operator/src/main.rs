@@ -150,90 +150,120 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let context = args.context.clone();
-    let namespace = args.namespace.clone();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(run(args, config)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toolgate-operator: cannot start the runtime: {e}");
-            return ExitCode::from(1);
+            eprintln!("toolgate-operator: {e:#}");
+            ExitCode::from(1)
         }
-    };
-    runtime.block_on(async move {
-        let client = match client(context).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("toolgate-operator: cannot configure the Kubernetes client: {e:#}");
-                return ExitCode::from(1);
-            }
-        };
-        // The operator never installs CRDs (Helm does); it says what is missing.
-        let scope = scope::Scope(namespace);
-        if let Err(e) = scope.api::<ToolDescriptor>(&client).list(&ListParams::default().limit(1)).await {
-            eprintln!("toolgate-operator: cannot list ToolDescriptors ({e}); are the CRDs installed? kubectl apply -f crds/generated/");
-            return ExitCode::from(1);
-        }
-        // Shared by the agent API (also on standby replicas) and the ToolCall controller.
-        let (cache, subscriptions) = match cache::PolicyCache::start(&client, &scope) {
-            Ok(started) => started,
-            Err(e) => {
-                eprintln!("toolgate-operator: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let metrics = std::sync::Arc::new(ops::Metrics::default());
-        let health = std::sync::Arc::new(ops::Health::default());
-        tokio::spawn(ops::serve(args.health_addr, metrics.clone(), health.clone()));
-        if let Some(addr) = args.grpc_addr {
-            let listener = match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("toolgate-operator: --grpc-addr {addr}: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            let backend = std::sync::Arc::new(api::KubeBackend {
-                client: client.clone(),
-                scope: scope.clone(),
-                artifacts: config.artifacts.clone(),
-                cache: cache.clone(),
-            });
-            let auth = std::sync::Arc::new(api::TokenReviewAuth { client: client.clone() });
-            tracing::info!(%addr, "serving the toolgate.v1 agent API");
-            tokio::spawn(async move {
-                if let Err(e) = toolgate_api::serve(backend, auth, listener, std::future::pending()).await {
-                    tracing::error!(error = %e, "the agent API stopped");
-                }
-            });
-        }
-        if !args.no_leader_election {
-            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-                format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "toolgate-operator".into()), std::process::id())
-            });
-            let namespace = args
-                .lease_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "toolgate-system".into());
-            tracing::info!(%identity, lease = %args.lease_name, %namespace, "waiting to lead");
-            ops::lead(
-                client.clone(),
-                ops::LeaseConfig {
-                    namespace,
-                    name: args.lease_name.clone(),
-                    identity,
-                    duration: std::time::Duration::from_secs(args.lease_duration_seconds.max(3)),
-                },
-            )
-            .await;
-        }
-        tracing::info!("toolgate-operator started");
-        tokio::join!(
-            descriptor::run(client.clone(), scope.clone()),
-            grant::run(client.clone(), scope.clone()),
-            readiness::run(client.clone(), config.broker.clone(), scope.clone()),
-            call::run(client, config, scope, metrics, health, (cache, subscriptions))
+    }
+}
+
+/// Start the caches, health and metrics, the agent API; lead; then run every controller.
+async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let client = client(args.context.clone())
+        .await
+        .context("cannot configure the Kubernetes client")?;
+    // The operator never installs CRDs (Helm does); it says what is missing.
+    let scope = scope::Scope(args.namespace.clone());
+    if let Err(e) = scope
+        .api::<ToolDescriptor>(&client)
+        .list(&ListParams::default().limit(1))
+        .await
+    {
+        anyhow::bail!(
+            "cannot list ToolDescriptors ({e}); are the CRDs installed? kubectl apply -f crds/generated/"
         );
-        ExitCode::SUCCESS
-    })
+    }
+    // Shared by the agent API (also on standby replicas) and the ToolCall controller.
+    let (cache, subscriptions) = cache::PolicyCache::start(&client, &scope)?;
+    let metrics = std::sync::Arc::new(ops::Metrics::default());
+    let health = std::sync::Arc::new(ops::Health::default());
+    tokio::spawn(ops::serve(
+        args.health_addr,
+        metrics.clone(),
+        health.clone(),
+    ));
+    if let Some(addr) = args.grpc_addr {
+        let backend = api::KubeBackend {
+            client: client.clone(),
+            scope: scope.clone(),
+            artifacts: config.artifacts.clone(),
+            cache: cache.clone(),
+        };
+        serve_agent_api(addr, backend).await?;
+    }
+    if !args.no_leader_election {
+        ops::lead(client.clone(), lease_config(&args)).await;
+    }
+    tracing::info!("toolgate-operator started");
+    tokio::join!(
+        descriptor::run(client.clone(), scope.clone()),
+        grant::run(client.clone(), scope.clone()),
+        readiness::run(client.clone(), config.broker.clone(), scope.clone()),
+        call::run(
+            client,
+            config,
+            scope,
+            metrics,
+            health,
+            (cache, subscriptions)
+        )
+    );
+    Ok(())
+}
+
+/// Serve the `toolgate.v1` agent API on `addr` (every replica, leader or not).
+async fn serve_agent_api(
+    addr: std::net::SocketAddr,
+    backend: api::KubeBackend,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--grpc-addr {addr}"))?;
+    let auth = std::sync::Arc::new(api::TokenReviewAuth {
+        client: backend.client.clone(),
+    });
+    tracing::info!(%addr, "serving the toolgate.v1 agent API");
+    tokio::spawn(async move {
+        if let Err(e) = toolgate_api::serve(
+            std::sync::Arc::new(backend),
+            auth,
+            listener,
+            std::future::pending(),
+        )
+        .await
+        {
+            tracing::error!(error = %e, "the agent API stopped");
+        }
+    });
+    Ok(())
+}
+
+/// Which Lease this replica competes for, as whom.
+fn lease_config(args: &Args) -> ops::LeaseConfig {
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "toolgate-operator".into()),
+            std::process::id()
+        )
+    });
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "toolgate-system".into());
+    tracing::info!(%identity, lease = %args.lease_name, %namespace, "waiting to lead");
+    ops::LeaseConfig {
+        namespace,
+        name: args.lease_name.clone(),
+        identity,
+        duration: std::time::Duration::from_secs(args.lease_duration_seconds.max(3)),
+    }
 }

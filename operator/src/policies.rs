@@ -1,5 +1,5 @@
 //! A namespace's policy objects as the core's lifecycle reads them, from the shared caches
-//! ([`crate::cache`]) or fresh from the API server.
+//! (the cache module) or fresh from the API server.
 
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};

@@ -16,7 +16,7 @@ use toolgate_broker::CredentialBroker;
 use toolgate_crds::conditions::{READY, condition, reason, set_condition};
 use toolgate_crds::{Condition, ConditionStatus, CredentialBinding, SandboxPolicy, Timestamp};
 
-use crate::descriptor::{Error, FIELD_MANAGER, backoff};
+use crate::descriptor::{FIELD_MANAGER, backoff};
 
 /// What the readiness controllers need.
 pub struct Context {
@@ -57,6 +57,32 @@ fn ready(
     conditions.pop().unwrap_or(new)
 }
 
+/// Why a SandboxPolicy or CredentialBinding readiness reconcile failed; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object without a namespace (the CRDs are namespaced: a bug if seen).
+    #[error("{kind} {name} has no namespace")]
+    NoNamespace {
+        /// SandboxPolicy or CredentialBinding.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl Error {
+    /// A bounded name for the kind of failure (a log field and metric label).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiFailed",
+            Error::NoNamespace { .. } => "NoNamespace",
+        }
+    }
+}
+
 async fn apply_status<K>(
     api: Api<K>,
     name: &str,
@@ -82,9 +108,10 @@ where
 }
 
 async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = p
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(p.name_any()))?;
+    let ns = p.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "SandboxPolicy",
+        name: p.name_any(),
+    })?;
     let previous = p
         .status
         .as_ref()
@@ -162,9 +189,10 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
 }
 
 async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = b
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(b.name_any()))?;
+    let ns = b.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "CredentialBinding",
+        name: b.name_any(),
+    })?;
     let previous = b
         .status
         .as_ref()
@@ -200,7 +228,7 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
 }
 
 fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(%error, "readiness reconcile failed");
+    tracing::warn!(%error, category = error.category(), "readiness reconcile failed");
     Action::requeue(backoff(2))
 }
 

@@ -105,7 +105,7 @@ pub fn arguments(
     // Blocked wins over every root: each hidden path is covered after the roots are bound, an
     // existing folder by an empty tmpfs, anything else by the empty read-only file. A hidden path
     // that does not exist is covered too where the sandbox could create it (bubblewrap makes the
-    // mount point, [`crate::spawn::prepare`] already made it and removes it afterwards), so a
+    // mount point; `spawn::prepare` already made it and removes it afterwards), so a
     // tool cannot create a blocked `.npmrc`. The runtime's own files come after the covers, so
     // they stay visible inside a hidden data folder; the covering tmpfs turns read-only last.
     //

@@ -8,7 +8,7 @@ use toolgate_crds::{
 };
 
 use super::Refusal;
-use super::propose::ended_without_running;
+use super::ended_without_running;
 use super::snapshot::{Call, Snapshot};
 use super::step::{Step, camel, phase_name, reasons_text};
 
@@ -64,23 +64,8 @@ pub fn issue(
     }
     let args_digest = status.args_digest.clone().unwrap_or_default();
     let tool_digest = status.tool_digest.clone().unwrap_or_default();
-    if let Some((args, tool)) = request.shown {
-        if args != args_digest {
-            return Err(Refusal::FailedPrecondition {
-                code: "approval-args-changed",
-                message: format!(
-                    "the approver was shown args {args}, the call's are {args_digest}"
-                ),
-            });
-        }
-        if tool != tool_digest {
-            return Err(Refusal::FailedPrecondition {
-                code: "approval-tool-changed",
-                message: format!(
-                    "the approver was shown tool version {tool}, the call's is {tool_digest}"
-                ),
-            });
-        }
+    if let Some(shown) = request.shown {
+        shown_is_current(shown, &args_digest, &tool_digest)?;
     }
     if request.ttl_seconds > MAX_TTL_SECONDS {
         return Err(Refusal::InvalidArgument {
@@ -132,6 +117,29 @@ pub fn issue(
         expires_at: toolgate_crds::Timestamp(expires_at),
         comment: (!request.comment.is_empty()).then(|| request.comment.to_string()),
     })
+}
+
+/// The digests an approver was shown must be the call's own: args and tool version.
+fn shown_is_current(
+    (args, tool): (&str, &str),
+    args_digest: &str,
+    tool_digest: &str,
+) -> Result<(), Refusal> {
+    if args != args_digest {
+        return Err(Refusal::FailedPrecondition {
+            code: "approval-args-changed",
+            message: format!("the approver was shown args {args}, the call's are {args_digest}"),
+        });
+    }
+    if tool != tool_digest {
+        return Err(Refusal::FailedPrecondition {
+            code: "approval-tool-changed",
+            message: format!(
+                "the approver was shown tool version {tool}, the call's is {tool_digest}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A call waiting for approval, looked at again (an approval arrived, the manifests changed):

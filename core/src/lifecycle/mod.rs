@@ -32,7 +32,7 @@ pub use run::{
     Credential, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target, start_steps,
 };
 pub use snapshot::{Call, Policies, Snapshot};
-pub use step::{Step, apply, camel, is_terminal, phase_name, reasons_text};
+pub use step::{PHASES, Step, apply, camel, is_terminal, phase_name, reasons_text};
 
 use toolgate_crds::CallPhase;
 use toolgate_crds::conditions::{STATE_UPDATED, reason};
@@ -85,4 +85,14 @@ pub fn cannot_run(kind: &'static str, reason: &str, message: impl Into<String>) 
         )
         .then(CallPhase::Failed),
     ]
+}
+
+/// StateUpdated of a call that ended before it ran.
+pub(crate) fn ended_without_running() -> Step {
+    Step::failed(
+        STATE_UPDATED,
+        reason::DENIED,
+        "the call ended without running",
+    )
+    .then(CallPhase::Denied)
 }

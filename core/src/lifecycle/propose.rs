@@ -2,14 +2,14 @@
 //! once approved — its sandbox resolved before anyone is asked (invariant 10).
 
 use toolgate_crds::conditions::{
-    APPROVAL_REQUESTED, ARGS_VALIDATED, POLICY_CHECKED, STATE_UPDATED, TOOL_CALL_REQUESTED, reason,
+    APPROVAL_REQUESTED, ARGS_VALIDATED, POLICY_CHECKED, TOOL_CALL_REQUESTED, reason,
 };
 use toolgate_crds::{CallPhase, DecisionOutcome, ToolCallSpec, ToolCallStatus};
 
 use super::run::{RunTarget, run_target_of};
 use super::snapshot::{Call, Snapshot};
 use super::step::{Step, camel, reasons_text};
-use super::{Refusal, cannot_run};
+use super::{Refusal, cannot_run, ended_without_running};
 use crate::decision::Decision;
 
 /// The steps of a new call: ToolCallRequested, then what the decision says (see
@@ -154,16 +154,6 @@ pub fn decision_steps(
         .then(CallPhase::AwaitingApproval),
     );
     steps
-}
-
-/// StateUpdated of a call that ended before it ran.
-pub(crate) fn ended_without_running() -> Step {
-    Step::failed(
-        STATE_UPDATED,
-        reason::DENIED,
-        "the call ended without running",
-    )
-    .then(CallPhase::Denied)
 }
 
 /// The idempotency rule: a proposal with a key already used returns the call that key names,

@@ -10,7 +10,7 @@ use toolgate_crds::{
 };
 
 use super::cannot_run;
-use super::propose::ended_without_running;
+use super::ended_without_running;
 use super::snapshot::{Call, Snapshot};
 use super::step::{Step, camel, reasons_text};
 use crate::manifest::{ObjectSet, Spec};

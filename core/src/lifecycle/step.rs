@@ -82,6 +82,18 @@ pub fn is_terminal(phase: Option<CallPhase>) -> bool {
     )
 }
 
+/// Every phase, in the order a call can pass through them.
+pub const PHASES: [CallPhase; 8] = [
+    CallPhase::Pending,
+    CallPhase::AwaitingApproval,
+    CallPhase::Authorized,
+    CallPhase::Running,
+    CallPhase::Succeeded,
+    CallPhase::Failed,
+    CallPhase::Denied,
+    CallPhase::Cancelled,
+];
+
 /// The phase as the API spells it.
 pub fn phase_name(phase: Option<CallPhase>) -> &'static str {
     match phase {

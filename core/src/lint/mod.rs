@@ -387,16 +387,7 @@ pub fn join_path(base: &str, field: &str) -> String {
     }
 }
 
-/// A value for a message: JSON, cut to 80 characters.
-pub fn short_json(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 80 {
-        let cut: String = s.chars().take(77).collect();
-        format!("{cut}...")
-    } else {
-        s
-    }
-}
+pub use crate::args::short_json;
 
 #[cfg(test)]
 mod tests {

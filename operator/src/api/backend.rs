@@ -299,7 +299,6 @@ impl Backend for KubeBackend {
         caller: &Caller,
         req: pb::GetArtifactRequest,
     ) -> Result<BoxStream<pb::ArtifactChunk>, ApiError> {
-        use object_store::ObjectStoreExt;
         let call = self.visible(caller, &req.call_id).await?;
         let not_found = || ApiError::NotFound {
             what: format!("artifact {:?} of call {}", req.artifact_id, req.call_id),
@@ -315,26 +314,11 @@ impl Backend for KubeBackend {
             })
             .cloned()
             .ok_or_else(not_found)?;
-        let store =
-            toolgate_executor::store::ArtifactStore::open(&self.artifacts).map_err(internal)?;
-        let key = artifact
-            .uri
-            .strip_prefix(&format!("{}/", store.uri_prefix))
-            .ok_or_else(|| {
-                internal(format!(
-                    "artifact {} is not in this operator's store",
-                    artifact.uri
-                ))
-            })?
-            .to_string();
-        let bytes = store
-            .store
-            .get(&object_store::path::Path::from(key))
-            .await
-            .map_err(|_| not_found())?
-            .bytes()
-            .await
-            .map_err(internal)?;
+        let store = toolgate_artifacts::ArtifactStore::open(&self.artifacts).map_err(internal)?;
+        let bytes = store.read(&artifact.uri).await.map_err(|e| match e {
+            toolgate_artifacts::ReadError::Missing { .. } => not_found(),
+            other => internal(other),
+        })?;
         let chunks: Vec<Result<pb::ArtifactChunk, ApiError>> = bytes
             .chunks(64 * 1024)
             .enumerate()

@@ -1,4 +1,7 @@
-//! Artifact stores: an S3-compatible bucket or a local directory, behind `object_store`.
+//! Artifact stores: an S3-compatible bucket or a local directory, behind `object_store`. The
+//! executor writes a call's full output here; the operator's agent API reads it back, so both
+//! link this crate and neither the other.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -78,5 +81,62 @@ impl ArtifactStore {
                 })
             }
         }
+    }
+}
+
+/// An artifact could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The artifact's URI is not in this store.
+    #[error("artifact {uri} is not in this store ({prefix})")]
+    ElsewhereUri {
+        /// The URI.
+        uri: String,
+        /// This store's prefix.
+        prefix: String,
+    },
+    /// The store has no such object.
+    #[error("artifact {uri} is gone from the store")]
+    Missing {
+        /// The URI.
+        uri: String,
+    },
+    /// The store failed.
+    #[error("reading artifact {uri}: {source}")]
+    Store {
+        /// The URI.
+        uri: String,
+        /// Why.
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+impl ArtifactStore {
+    /// The whole content of an artifact by its recorded URI.
+    pub async fn read(&self, uri: &str) -> Result<bytes::Bytes, ReadError> {
+        use object_store::ObjectStoreExt;
+        let key = uri
+            .strip_prefix(&format!("{}/", self.uri_prefix))
+            .ok_or_else(|| ReadError::ElsewhereUri {
+                uri: uri.into(),
+                prefix: self.uri_prefix.clone(),
+            })?;
+        let stored = match self.store.get(&object_store::path::Path::from(key)).await {
+            Ok(s) => s,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(ReadError::Missing { uri: uri.into() });
+            }
+            Err(source) => {
+                return Err(ReadError::Store {
+                    uri: uri.into(),
+                    source,
+                });
+            }
+        };
+        stored.bytes().await.map_err(|source| ReadError::Store {
+            uri: uri.into(),
+            source,
+        })
     }
 }
