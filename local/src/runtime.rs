@@ -236,7 +236,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Apply steps to a record, returning their events.
 pub(crate) fn record_steps(rec: &mut CallRecord, steps: &[Step]) -> Vec<EventRecord> {
     let mut events = Vec::new();
-    for step in steps {
+    for (i, step) in steps.iter().enumerate() {
         let now = Timestamp::now();
         apply(&mut rec.status, step, now, 1);
         rec.events += 1;
@@ -255,7 +255,8 @@ pub(crate) fn record_steps(rec: &mut CallRecord, steps: &[Step]) -> Vec<EventRec
             message: step.message.clone(),
             time: now.to_string(),
             phase: phase_name(rec.status.phase).to_string(),
-            terminal: is_terminal(rec.status.phase),
+            // The last step of the transition that ends the call, as on a cluster.
+            terminal: i + 1 == steps.len() && is_terminal(rec.status.phase),
         });
     }
     events

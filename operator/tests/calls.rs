@@ -16,56 +16,23 @@ use support::{
     token_of, wait_call, wait_for,
 };
 
+use toolgate_testkit::fixtures::Tool;
+
 const CANARY: &str = "canary-cluster-credential-4c1d";
 
 fn tool(ns: &str, name: &str, argv: &str, approval: &str, binding: Option<&str>) -> String {
-    let binding = binding
-        .map(|b| format!("  credentialBindingRef: {{name: {b}}}\n"))
-        .unwrap_or_default();
-    format!(
-        r#"apiVersion: toolgate.dev/v1alpha1
-kind: ToolDescriptor
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  canonicalName: {name}
-  version: "1.0.0"
-  source: {{type: cli, packageName: coreutils}}
-  description:
-    summary: A tool for the operator's end-to-end tests.
-    useWhen: ["testing toolgate"]
-    doNotUseWhen: ["anything else"]
-  intent: {{actionTypes: [execute], domains: [test]}}
-  schemas:
-    inputSchema:
-      type: object
-      additionalProperties: false
-      properties:
-        msg: {{type: string, maxLength: 64}}
-        seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
-  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
-            mutatesState: false, idempotent: true, reversible: true, dryRunSupported: false}}
-  risk: {{level: low, destructive: false, openWorld: false}}
-  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
-  sandboxPolicyRef: {{name: read-only}}
-{binding}  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
-  execution: {{adapter: cli, argv: {argv}, timeoutMs: 20000}}
-  provenance: {{trustLevel: first_party}}
-"#
-    )
+    let mut t = Tool::test(name)
+        .argv(argv)
+        .approval(approval)
+        .summary("A tool for the operator's end-to-end tests.");
+    if let Some(b) = binding {
+        t = t.binding(b);
+    }
+    t.yaml(ns)
 }
 
 fn call(ns: &str, name: &str, tool: &str, args: &str, principal_ns: &str) -> String {
-    format!(
-        r#"apiVersion: toolgate.dev/v1alpha1
-kind: ToolCall
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  toolRef: {{name: {tool}}}
-  principal: system:serviceaccount:{principal_ns}:fixer
-  args: {args}
-  intent: {{userGoal: test the operator, currentTask: run {tool}, actionType: execute, rationaleSummary: end-to-end test}}
-"#
-    )
+    toolgate_testkit::fixtures::call(ns, name, tool, args, principal_ns)
 }
 
 struct Cluster {

@@ -34,56 +34,17 @@ pub fn write_private(path: &Path, text: &str) {
     std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
 }
 
-/// A descriptor for the tests, in the examples' namespace.
-pub fn test_tool(
-    name: &str,
-    argv: &str,
-    idempotent: bool,
-    approval: &str,
-    summary: &str,
-) -> String {
-    format!(
-        r#"apiVersion: toolgate.dev/v1alpha1
-kind: ToolDescriptor
-metadata: {{name: {name}, namespace: team-a}}
-spec:
-  canonicalName: {name}
-  version: "1.0.0"
-  source: {{type: cli, packageName: coreutils}}
-  description:
-    summary: {summary}
-    useWhen: ["testing toolgate"]
-    doNotUseWhen: ["anything else"]
-  intent: {{actionTypes: [execute], domains: [test]}}
-  schemas:
-    inputSchema:
-      type: object
-      additionalProperties: false
-      properties:
-        seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
-        msg: {{type: string, maxLength: 64}}
-  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
-            mutatesState: false, idempotent: {idempotent}, reversible: true, dryRunSupported: false}}
-  risk: {{level: low, destructive: false, openWorld: false}}
-  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
-  sandboxPolicyRef: {{name: read-only}}
-  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
-  execution: {{adapter: cli, argv: {argv}, timeoutMs: 15000}}
-  provenance: {{trustLevel: first_party}}
-"#
+#[allow(unused_imports, reason = "not every suite builds its own tools")]
+pub use toolgate_testkit::fixtures::Tool;
+
+/// The test grant of the suites: the standard test tools for the fixer agent.
+pub fn test_grant() -> String {
+    toolgate_testkit::fixtures::grant(
+        "team-a",
+        "test-tools",
+        &toolgate_testkit::fixtures::STANDARD_TOOLS,
     )
 }
-
-pub const TEST_GRANT: &str = r#"apiVersion: toolgate.dev/v1alpha1
-kind: ToolGrant
-metadata: {name: test-tools, namespace: team-a}
-spec:
-  subjects:
-  - {kind: ServiceAccount, name: fixer, namespace: team-a}
-  tools: {names: [test.sleep, test.sleep-idempotent, test.gated, test.echo]}
-  scopes: ["workspace:read"]
-  reason: end-to-end tests
-"#;
 
 /// A folder with manifests (the examples' policies and tools plus test tools), a workspace,
 /// tokens and secrets.
@@ -103,51 +64,16 @@ pub fn setup() -> tempfile::TempDir {
         let p = entry.expect("entry").path();
         std::fs::copy(&p, m.join("tools").join(p.file_name().expect("name"))).expect("copy tool");
     }
-    std::fs::write(m.join("test-grant.yaml"), TEST_GRANT).expect("grant");
-    std::fs::write(
-        m.join("tools/test-sleep.yaml"),
-        test_tool(
-            "test.sleep",
-            "[sleep, \"{{seconds}}\"]",
-            false,
-            "never",
-            "Sleep for a while.",
-        ),
-    )
-    .expect("tool");
-    std::fs::write(
-        m.join("tools/test-sleep-idempotent.yaml"),
-        test_tool(
-            "test.sleep-idempotent",
-            "[sleep, \"{{seconds}}\"]",
-            true,
-            "never",
-            "Sleep, safely repeatable.",
-        ),
-    )
-    .expect("tool");
-    std::fs::write(
-        m.join("tools/test-gated.yaml"),
-        test_tool(
-            "test.gated",
-            "[echo, \"{{msg}}\"]",
-            false,
-            "always",
-            "Echo a message after approval.",
-        ),
-    )
-    .expect("tool");
-    std::fs::write(
-        m.join("tools/test-echo.yaml"),
-        test_tool(
-            "test.echo",
-            "[echo, \"{{msg}}\"]",
-            true,
-            "never",
-            "Echo a message.",
-        ),
-    )
-    .expect("tool");
+    std::fs::write(m.join("test-grant.yaml"), test_grant()).expect("grant");
+    for tool in toolgate_testkit::fixtures::standard_tools() {
+        let text = tool.yaml("team-a");
+        let name = text
+            .lines()
+            .find_map(|l| l.strip_prefix("  canonicalName: "))
+            .unwrap_or("test")
+            .replace('.', "-");
+        std::fs::write(m.join(format!("tools/{name}.yaml")), text).expect("tool");
+    }
     let ws = root.join("workspace");
     std::fs::create_dir_all(ws.join("src")).expect("ws");
     std::fs::write(ws.join("src/a.ts"), "export const a = 1;\n").expect("src");

@@ -20,32 +20,15 @@ type Log = Arc<Mutex<Vec<(String, String, serde_json::Value)>>>;
 const NS: &str = "team-a";
 
 fn tool() -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolDescriptor",
-        "metadata": {"name": "test.echo", "namespace": NS},
-        "spec": {
-            "canonicalName": "test.echo", "version": "1.0.0", "source": {"type": "cli", "packageName": "coreutils"},
-            "description": {"summary": "Echo a message.", "useWhen": ["testing"], "doNotUseWhen": ["anything else"]},
-            "intent": {"actionTypes": ["execute"], "domains": ["test"]},
-            "schemas": {"inputSchema": {"type": "object", "additionalProperties": false, "properties": {"msg": {"type": "string"}}}},
-            "effects": {"reads": [], "writes": [], "externalCalls": false, "sendsUserData": false, "mutatesState": false,
-                        "idempotent": true, "reversible": true, "dryRunSupported": false},
-            "risk": {"level": "low", "destructive": false, "openWorld": false},
-            "permissions": {"approvalPolicy": "never", "requiredScopes": []},
-            "sandboxPolicyRef": {"name": "none"},
-            "contextPolicy": {"exposeToModel": true, "exposeOutputToModel": "full", "maxOutputPreviewTokens": 100},
-            "execution": {"adapter": "cli", "argv": ["echo", "{{msg}}"], "timeoutMs": 5000},
-            "provenance": {"trustLevel": "first_party"}
-        }
-    })
+    let yaml = toolgate_testkit::fixtures::Tool::test("test.echo")
+        .policy("none")
+        .yaml(NS);
+    serde_norway::from_str(&yaml).expect("tool")
 }
 
 fn grant() -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolGrant",
-        "metadata": {"name": "g", "namespace": NS},
-        "spec": {"subjects": [{"kind": "ServiceAccount", "name": "fixer", "namespace": NS}], "tools": {"names": ["test.echo"]}, "scopes": []}
-    })
+    let yaml = toolgate_testkit::fixtures::grant(NS, "g", &["test.echo"]);
+    serde_norway::from_str(&yaml).expect("grant")
 }
 
 fn policy() -> serde_json::Value {

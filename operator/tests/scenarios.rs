@@ -1,0 +1,401 @@
+//! One scenario suite, written once, run on both backends through the gRPC API: the embedded
+//! runtime (`toolgate local`) and the operator on the test control plane (with the node
+//! emulator). Each scenario records the call's steps (condition type, status and reason, in
+//! order, as WatchCall tells them); the suite fails when the two backends disagree on any of them.
+//! This is the test that keeps the two runtimes one lifecycle.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+
+use futures::StreamExt;
+use support::node_emulator::{self, NodeConfig};
+use support::{authorized as req, have_cluster, ok, prepare, root, start_operator, token_of};
+use tonic::transport::Channel;
+use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
+use toolgate_testkit::fixtures::{STANDARD_TOOLS, grant, standard_tools};
+
+const LOCAL_AGENT: &str = "scenario-agent-0123456789abcdef";
+const LOCAL_REVIEWER: &str = "scenario-reviewer-0123456789abcdef";
+
+/// One backend, as an agent and a reviewer reach it.
+struct Backend {
+    name: &'static str,
+    client: ToolgateClient<Channel>,
+    agent: String,
+    reviewer: String,
+    namespace: String,
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// A step as both runtimes must tell it.
+type Steps = Vec<(String, String, String)>;
+
+/// The manifests both backends run: the examples' sandbox policies and credential bindings, the
+/// standard test tools and a grant for them, in `ns`.
+fn manifests(ns: &str) -> String {
+    let mut docs: Vec<String> = [
+        "examples/sandbox-policies.yaml",
+        "examples/credential-bindings.yaml",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(root().join(f)).expect("read"))
+    .collect();
+    docs.extend(standard_tools().iter().map(|t| t.yaml("team-a")));
+    docs.push(grant("team-a", "scenario-tools", &STANDARD_TOOLS));
+    docs.join("\n---\n")
+        .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
+        .replace(
+            &format!("{{kind: ServiceAccount, name: fixer, namespace: {ns}}}"),
+            "{kind: ServiceAccount, name: fixer, namespace: team-a}",
+        )
+}
+
+/// The `toolgate` binary beside the test binaries (`cargo test --workspace` builds it).
+fn toolgate_binary() -> std::path::PathBuf {
+    let exe = node_emulator::executor_binary().with_file_name("toolgate");
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
+        exe.display()
+    );
+    exe
+}
+
+/// The server process, and its folder (removed once it is gone).
+struct LocalServer(
+    Child,
+    #[allow(dead_code, reason = "kept until the server stops")] tempfile::TempDir,
+);
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn local() -> Backend {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("manifests")).expect("manifests");
+    std::fs::create_dir_all(root.join("workspace")).expect("workspace");
+    std::fs::write(root.join("manifests/all.yaml"), manifests("team-a")).expect("write");
+    let tokens = root.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "- {{token: {LOCAL_AGENT}, principal: \"system:serviceaccount:team-a:fixer\"}}\n\
+             - {{token: {LOCAL_REVIEWER}, principal: alice@example.com, approverIn: [team-a]}}\n"
+        ),
+    )
+    .expect("tokens");
+    let mut perms = std::fs::metadata(&tokens).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&tokens, perms).expect("chmod");
+    let mut child = Command::new(toolgate_binary())
+        .arg("local")
+        .arg("--manifests")
+        .arg(root.join("manifests"))
+        .arg("--data")
+        .arg(root.join("data"))
+        .arg("--workspace")
+        .arg(root.join("workspace"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("toolgate local starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .split("serving toolgate.v1 on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    Backend {
+        name: "local",
+        client: support::grpc_client(&addr).await,
+        agent: LOCAL_AGENT.into(),
+        reviewer: LOCAL_REVIEWER.into(),
+        namespace: "team-a".into(),
+        _keep: Box::new(LocalServer(child, dir)),
+    }
+}
+
+async fn cluster() -> Option<Backend> {
+    if !have_cluster() {
+        return None;
+    }
+    let ns = prepare("tg-scenarios");
+    ok(&["apply", "-f", "-"], Some(&manifests(&ns)));
+    support::apply_agent_access(&ns);
+    let grpc = format!("127.0.0.1:{}", support::free_port());
+    let operator = start_operator(&ns, &["--grpc-addr", &grpc]);
+    let emulator = node_emulator::start(NodeConfig {
+        namespace: ns.clone(),
+        executor: node_emulator::executor_binary(),
+        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
+    });
+    Some(Backend {
+        name: "cluster",
+        client: support::grpc_client(&grpc).await,
+        agent: token_of("agent"),
+        reviewer: token_of("reviewer"),
+        namespace: ns,
+        _keep: Box::new((operator, emulator)),
+    })
+}
+
+fn proposal(b: &Backend, tool: &str, args: &str) -> pb::ProposeCallRequest {
+    pb::ProposeCallRequest {
+        namespace: b.namespace.clone(),
+        tool: tool.into(),
+        args_json: args.into(),
+        intent: Some(pb::Intent {
+            user_goal: "compare the runtimes".into(),
+            current_task: format!("call {tool}"),
+            action_type: "execute".into(),
+            rationale_summary: "the scenario suite".into(),
+            evidence_refs: vec![],
+        }),
+        ..Default::default()
+    }
+}
+
+async fn propose(b: &mut Backend, tool: &str, args: &str) -> pb::Call {
+    let r = req(&b.agent, proposal(b, tool, args));
+    b.client
+        .propose_call(r)
+        .await
+        .expect("proposed")
+        .into_inner()
+}
+
+/// WatchCall to the end: each step as (type, status, reason).
+async fn steps(b: &mut Backend, id: &str) -> Steps {
+    let mut s = b
+        .client
+        .watch_call(req(&b.agent, pb::WatchCallRequest { id: id.into() }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        let e = e.expect("event");
+        out.push((e.r#type.clone(), e.status.clone(), e.reason.clone()));
+        if e.terminal {
+            break;
+        }
+    }
+    out
+}
+
+async fn waiting(b: &mut Backend, id: &str) -> pb::Call {
+    support::wait_call(&mut b.client, &b.agent, id, &["AwaitingApproval"]).await
+}
+
+/// Every scenario on one backend: its steps by name, and what else must agree.
+async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
+    let mut out = BTreeMap::new();
+    let mut ids = Vec::new();
+
+    let call = propose(b, "test.echo", r#"{"msg": "hi"}"#).await;
+    out.insert("allowed", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    let call = propose(b, "test.gated", r#"{"msg": "approve me"}"#).await;
+    let shown = waiting(b, &call.id).await;
+    // An approval bound to other args is refused, with the same code on both runtimes.
+    let mut stale = pb::ApproveCallRequest {
+        id: shown.id.clone(),
+        args_digest: format!("sha256:{}", "0".repeat(64)),
+        tool_digest: shown.tool_digest.clone(),
+        ttl_seconds: 300,
+        ..Default::default()
+    };
+    let e = b
+        .client
+        .approve_call(req(&b.reviewer, stale.clone()))
+        .await
+        .expect_err("stale digests");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).0,
+        "approval-args-changed",
+        "{}: {e}",
+        b.name
+    );
+    // The proposer cannot approve their own call.
+    stale.args_digest = shown.args_digest.clone();
+    let e = b
+        .client
+        .approve_call(req(&b.agent, stale.clone()))
+        .await
+        .expect_err("self approval");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).0,
+        "approval-self",
+        "{}: {e}",
+        b.name
+    );
+    b.client
+        .approve_call(req(&b.reviewer, stale))
+        .await
+        .expect("approved");
+    out.insert("approved", steps(b, &call.id).await);
+    let approved = call.id.clone();
+    ids.push(call.id);
+
+    let call = propose(b, "test.gated", r#"{"msg": "deny me"}"#).await;
+    waiting(b, &call.id).await;
+    b.client
+        .deny_call(req(
+            &b.reviewer,
+            pb::DenyCallRequest {
+                id: call.id.clone(),
+                comment: "not today".into(),
+            },
+        ))
+        .await
+        .expect("denied");
+    out.insert("denied-by-approver", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    let call = propose(b, "test.gated", r#"{"msg": "cancel me"}"#).await;
+    waiting(b, &call.id).await;
+    b.client
+        .cancel_call(req(
+            &b.agent,
+            pb::CancelCallRequest {
+                id: call.id.clone(),
+                reason: "changed my mind".into(),
+            },
+        ))
+        .await
+        .expect("cancelled");
+    out.insert("cancelled-while-waiting", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    let call = propose(b, "test.echo", r#"{"msg": 42}"#).await;
+    out.insert("args-invalid", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    let call = propose(b, "no.such.tool", "{}").await;
+    out.insert("unknown-tool", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    let mut dry = proposal(b, "test.echo", r#"{"msg": "dry"}"#);
+    dry.dry_run = true;
+    let call = b
+        .client
+        .propose_call(req(&b.agent, dry))
+        .await
+        .expect("dry run")
+        .into_inner();
+    out.insert("dry-run-without-support", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    // Explain says the same things: the sandbox policy, the approver, a view.
+    let x = b
+        .client
+        .explain_call(req(&b.reviewer, pb::ExplainCallRequest { id: approved }))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(x.sandbox_policy, "read-only", "{}", b.name);
+    assert_eq!(x.approver, "alice@example.com", "{}", b.name);
+    let sandbox: serde_json::Value = serde_json::from_str(&x.sandbox_json).expect("sandbox json");
+    assert_eq!(sandbox["policy"], "read-only", "{}: {sandbox}", b.name);
+    assert!(x.view.is_some(), "{}", b.name);
+
+    // List finds every call of the scenario in the namespace.
+    let listed = b
+        .client
+        .list_calls(req(
+            &b.reviewer,
+            pb::ListCallsRequest {
+                namespace: b.namespace.clone(),
+                page_size: 500,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("list")
+        .into_inner();
+    let listed: Vec<&str> = listed.calls.iter().map(|c| c.id.as_str()).collect();
+    for id in &ids {
+        assert!(listed.contains(&id.as_str()), "{}: {id} not listed", b.name);
+    }
+    out
+}
+
+#[test]
+fn both_runtimes_tell_every_scenario_the_same_way() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let Some(mut on_cluster) = cluster().await else {
+            return;
+        };
+        let mut embedded = local().await;
+        let local_steps = play(&mut embedded).await;
+        let cluster_steps = play(&mut on_cluster).await;
+        assert_eq!(
+            local_steps.keys().collect::<Vec<_>>(),
+            cluster_steps.keys().collect::<Vec<_>>()
+        );
+        for (scenario, steps) in &local_steps {
+            assert_eq!(
+                steps, &cluster_steps[scenario],
+                "scenario {scenario}: the embedded runtime (left) and the operator (right) differ"
+            );
+            assert!(!steps.is_empty(), "{scenario} recorded nothing");
+        }
+        // The steps themselves, so a change to both at once is a visible change here too.
+        let kinds = |s: &str| -> Vec<String> {
+            local_steps[s]
+                .iter()
+                .map(|(k, st, r)| format!("{k}={st}/{r}"))
+                .collect()
+        };
+        assert_eq!(
+            kinds("approved"),
+            [
+                "ToolCallRequested=True/Accepted",
+                "ArgsValidated=True/SchemaOk",
+                "PolicyChecked=True/ApprovalRequired",
+                "ApprovalRequested=True/AwaitingApproval",
+                "ApprovalGranted=True/Approved",
+                "SandboxPrepared=True/Resolved",
+                "CredentialsBound=True/NotRequired",
+                "Started=True/ExecutorStarted",
+                "Finished=True/Completed",
+                "ResultValidated=True/Verified",
+                "ArtifactPersisted=True/Stored",
+                "StateUpdated=True/Succeeded",
+            ]
+        );
+        assert_eq!(
+            kinds("denied-by-approver")[4..],
+            [
+                "ApprovalGranted=False/DeniedByApprover",
+                "StateUpdated=False/Denied"
+            ]
+        );
+        assert_eq!(
+            kinds("cancelled-while-waiting").last().map(String::as_str),
+            Some("Cancelled=True/CancelledByUser")
+        );
+    });
+}
