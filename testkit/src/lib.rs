@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The repository root.
+pub mod api;
 pub mod fixtures;
 
 pub fn root() -> &'static Path {

@@ -7,12 +7,12 @@ use std::io::BufRead;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
+
+pub use toolgate_testkit::api::authorized as req;
 
 pub const AGENT: &str = "agent-token-0123456789abcdef";
 pub const REVIEWER: &str = "reviewer-token-0123456789abcdef";
@@ -173,15 +173,6 @@ impl Drop for Server {
     }
 }
 
-pub fn req<T>(token: &str, msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("header"),
-    );
-    r
-}
-
 pub fn propose(tool: &str, args: serde_json::Value, action: &str) -> pb::ProposeCallRequest {
     pb::ProposeCallRequest {
         namespace: String::new(),
@@ -209,33 +200,11 @@ pub async fn get(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Call {
 }
 
 pub async fn wait_phase(c: &mut ToolgateClient<Channel>, id: &str, phases: &[&str]) -> pb::Call {
-    let start = Instant::now();
-    loop {
-        let call = get(c, id).await;
-        if phases.contains(&call.phase.as_str()) {
-            return call;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "call {id} stuck in {} waiting for {phases:?}: {:#?}",
-            call.phase,
-            call.conditions
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    toolgate_testkit::api::wait_call(c, AGENT, id, phases).await
 }
 
 pub async fn watch(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> Vec<pb::CallEvent> {
-    let mut s = c
-        .watch_call(req(token, pb::WatchCallRequest { id: id.into() }))
-        .await
-        .expect("watch")
-        .into_inner();
-    let mut all = Vec::new();
-    while let Some(e) = s.next().await {
-        all.push(e.expect("event"));
-    }
-    all
+    toolgate_testkit::api::watch_events(c, token, id).await
 }
 
 /// Propose a call as the agent; it must be accepted (decided, maybe denied).

@@ -5,6 +5,8 @@
 pub mod node_emulator;
 
 #[allow(unused_imports, reason = "each suite uses a part")]
+pub use toolgate_testkit::api::{authorized, grpc_client, wait_call};
+#[allow(unused_imports, reason = "each suite uses a part")]
 pub use toolgate_testkit::{eventually, have_cluster, kubectl, ok, root};
 
 use std::io::Write;
@@ -198,59 +200,17 @@ pub fn wait_for(ns: &str, object: &str, path: &str, want: &[&str]) -> String {
     }
 }
 
-/// Poll a call through the API until it reaches `phase`.
-pub async fn wait_call(
-    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
-    token: &str,
-    id: &str,
-    phases: &[&str],
-) -> toolgate_proto::v1::Call {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let c = api
-            .get_call(authorized(
-                token,
-                toolgate_proto::v1::GetCallRequest { id: id.into() },
-            ))
-            .await
-            .expect("get")
-            .into_inner();
-        if phases.contains(&c.phase.as_str()) {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} stuck in {} waiting for {phases:?}",
-            c.phase
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Follow WatchCall to the call's end: the event types in order.
 pub async fn watch_to_end(
     api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
     token: &str,
     id: &str,
 ) -> Vec<String> {
-    use futures::StreamExt;
-    let mut events = api
-        .watch_call(authorized(
-            token,
-            toolgate_proto::v1::WatchCallRequest { id: id.into() },
-        ))
+    toolgate_testkit::api::watch_events(api, token, id)
         .await
-        .expect("watch")
-        .into_inner();
-    let mut kinds = Vec::new();
-    while let Some(e) = events.next().await {
-        let e = e.expect("event");
-        kinds.push(e.r#type.clone());
-        if e.terminal {
-            break;
-        }
-    }
-    kinds
+        .into_iter()
+        .map(|e| e.r#type)
+        .collect()
 }
 
 /// Print the namespace's objects and the operator's log (a failing test's evidence).
@@ -291,37 +251,4 @@ pub fn apply_agent_access(ns: &str) {
             "{kind: ServiceAccount, name: fixer, namespace: team-a}",
         );
     ok(&["apply", "-f", "-"], Some(&rbac));
-}
-
-/// A gRPC request carrying `token` as its bearer credential.
-pub fn authorized<T>(token: &str, msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("header"),
-    );
-    r
-}
-
-/// A client of the operator's agent API at `addr`, once it answers.
-pub async fn grpc_client(
-    addr: &str,
-) -> toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match tonic::transport::Channel::from_shared(format!("http://{addr}"))
-            .expect("url")
-            .connect()
-            .await
-        {
-            Ok(ch) => return toolgate_proto::v1::toolgate_client::ToolgateClient::new(ch),
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "the agent API never came up: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
 }
