@@ -204,8 +204,24 @@ pub struct Trace {
     pub approval: String,
     /// Who gave it.
     pub approver: String,
-    /// How the sandbox was resolved (JSON).
-    pub sandbox_json: String,
+    /// How the sandbox was resolved (`toolgate_core::lifecycle::sandbox_view`; null: unknown).
+    pub sandbox: serde_json::Value,
+}
+
+/// A call's recorded artifact by id, or NotFound in words both backends use.
+pub fn artifact_of(
+    status: &ToolCallStatus,
+    call: &str,
+    artifact_id: &str,
+) -> Result<toolgate_crds::ArtifactRef, ApiError> {
+    status
+        .result
+        .as_ref()
+        .and_then(|r| r.artifacts.iter().find(|a| a.artifact_id == artifact_id))
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound {
+            what: format!("artifact {artifact_id:?} of call {call}"),
+        })
 }
 
 /// The view an explanation shows: what the model could see for the call's own intent.
@@ -237,7 +253,11 @@ pub fn explanation(call: pb::Call, status: &ToolCallStatus, trace: Trace) -> pb:
         credential_binding: runtime
             .and_then(|r| r.credential_binding_ref.as_ref().map(|r| r.name.clone()))
             .unwrap_or_default(),
-        sandbox_json: trace.sandbox_json,
+        sandbox_json: if trace.sandbox.is_null() {
+            String::new()
+        } else {
+            trace.sandbox.to_string()
+        },
         effects_json: result
             .and_then(|r| r.effects_observed.as_ref())
             .and_then(|e| serde_json::to_string(e).ok())

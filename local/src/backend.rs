@@ -232,11 +232,7 @@ impl Backend for Runtime {
                     .as_ref()
                     .map(|a| a.spec.approver.clone())
                     .unwrap_or_default(),
-                sandbox_json: if sandbox.is_null() {
-                    String::new()
-                } else {
-                    sandbox.to_string()
-                },
+                sandbox,
             },
         ))
     }
@@ -250,17 +246,7 @@ impl Backend for Runtime {
         let not_found = || ApiError::NotFound {
             what: format!("artifact {:?} of call {}", req.artifact_id, rec.id),
         };
-        let artifact = rec
-            .status
-            .result
-            .as_ref()
-            .and_then(|r| {
-                r.artifacts
-                    .iter()
-                    .find(|a| a.artifact_id == req.artifact_id)
-            })
-            .ok_or_else(not_found)?
-            .clone();
+        let artifact = toolgate_api::convert::artifact_of(&rec.status, &rec.id, &req.artifact_id)?;
         let root =
             std::fs::canonicalize(self.inner.config.data.join("artifacts")).map_err(internal)?;
         let path = artifact

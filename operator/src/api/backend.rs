@@ -6,7 +6,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use toolgate_api::convert::tool_view;
+use toolgate_api::convert::{artifact_of, tool_view};
 use toolgate_api::request::{Proposal, namespace_of, new_call_name};
 use toolgate_api::{ApiError, Backend, BoxStream, Caller};
 use toolgate_core::lifecycle::{
@@ -285,11 +285,7 @@ impl Backend for KubeBackend {
                 events: events_of(id, &status),
                 approver,
                 approval,
-                sandbox_json: if sandbox.is_null() {
-                    String::new()
-                } else {
-                    sandbox.to_string()
-                },
+                sandbox,
             },
         ))
     }
@@ -300,20 +296,11 @@ impl Backend for KubeBackend {
         req: pb::GetArtifactRequest,
     ) -> Result<BoxStream<pb::ArtifactChunk>, ApiError> {
         let call = self.visible(caller, &req.call_id).await?;
+        let status = call.status.clone().unwrap_or_default();
+        let artifact = artifact_of(&status, &req.call_id, &req.artifact_id)?;
         let not_found = || ApiError::NotFound {
             what: format!("artifact {:?} of call {}", req.artifact_id, req.call_id),
         };
-        let artifact = call
-            .status
-            .as_ref()
-            .and_then(|s| s.result.as_ref())
-            .and_then(|r| {
-                r.artifacts
-                    .iter()
-                    .find(|a| a.artifact_id == req.artifact_id)
-            })
-            .cloned()
-            .ok_or_else(not_found)?;
         let store = toolgate_artifacts::ArtifactStore::open(&self.artifacts).map_err(internal)?;
         let bytes = store.read(&artifact.uri).await.map_err(|e| match e {
             toolgate_artifacts::ReadError::Missing { .. } => not_found(),
