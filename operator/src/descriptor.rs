@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -159,6 +160,7 @@ pub fn desired_status(
     }
 }
 
+#[tracing::instrument(skip(td, ctx), fields(descriptor = %td.name_any(), namespace = td.namespace().unwrap_or_default()))]
 async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = td
         .namespace()
@@ -193,23 +195,43 @@ async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action,
     Ok(Action::await_change())
 }
 
-fn error_policy(td: Arc<ToolDescriptor>, error: &Error, ctx: Arc<Context>) -> Action {
+async fn reconcile_guarded(
+    guard: Arc<DeserializeGuard<ToolDescriptor>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match crate::guard::valid(&guard, "ToolDescriptor") {
+        Some(td) => reconcile(td, ctx).await,
+        None => Ok(Action::await_change()),
+    }
+}
+
+fn error_policy(
+    guard: Arc<DeserializeGuard<ToolDescriptor>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let key = ObjectRef::<ToolDescriptor>::new(&crate::guard::name_of(&*guard)).within(
+        kube::Resource::meta(&*guard)
+            .namespace
+            .as_deref()
+            .unwrap_or_default(),
+    );
     let n = match ctx.failures.lock() {
         Ok(mut f) => {
-            let n = f.entry(ObjectRef::from_obj(&*td)).or_insert(0);
+            let n = f.entry(key).or_insert(0);
             *n = n.saturating_add(1);
             *n
         }
         Err(_) => 1,
     };
     let delay = backoff(n - 1);
-    tracing::warn!(descriptor = %td.name_any(), %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
+    tracing::warn!(descriptor = %crate::guard::name_of(&*guard), %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
 /// Run the controller until the stream ends (shutdown).
 pub async fn run(client: Client, scope: crate::scope::Scope) {
-    let descriptors = scope.api::<ToolDescriptor>(&client);
+    let descriptors = scope.api::<DeserializeGuard<ToolDescriptor>>(&client);
     let controller = Controller::new(descriptors, watcher::Config::default());
     let store = controller.store();
     let by_sandbox = store.clone();
@@ -240,7 +262,7 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
         )
         .shutdown_on_signal()
         .run(
-            reconcile,
+            reconcile_guarded,
             error_policy,
             Arc::new(Context {
                 client,
@@ -252,15 +274,18 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
 }
 
 fn referencing(
-    store: &kube::runtime::reflector::Store<ToolDescriptor>,
+    store: &kube::runtime::reflector::Store<DeserializeGuard<ToolDescriptor>>,
     namespace: Option<String>,
     refers: impl Fn(&ToolDescriptor) -> bool,
-) -> Vec<ObjectRef<ToolDescriptor>> {
+) -> Vec<ObjectRef<DeserializeGuard<ToolDescriptor>>> {
     store
         .state()
         .into_iter()
-        .filter(|td| td.namespace() == namespace && refers(td))
-        .map(|td| ObjectRef::from_obj(&*td))
+        .filter(|g| {
+            g.0.as_ref()
+                .is_ok_and(|td| td.namespace() == namespace && refers(td))
+        })
+        .map(|g| ObjectRef::from_obj(&*g))
         .collect()
 }
 

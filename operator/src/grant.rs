@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -106,6 +107,7 @@ impl Error {
     }
 }
 
+#[tracing::instrument(skip(g, ctx), fields(grant = %g.name_any(), namespace = g.namespace().unwrap_or_default()))]
 async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = g
         .namespace()
@@ -133,16 +135,33 @@ async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error
     })
 }
 
-fn error_policy(g: Arc<ToolGrant>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(grant = %g.name_any(), %error, category = error.category(), "reconcile failed");
+async fn reconcile_guarded(
+    guard: Arc<DeserializeGuard<ToolGrant>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match crate::guard::valid(&guard, "ToolGrant") {
+        Some(g) => reconcile(g, ctx).await,
+        None => Ok(Action::await_change()),
+    }
+}
+
+fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(grant = %crate::guard::name_of(&*g), %error, category = error.category(), "reconcile failed");
     Action::requeue(backoff(2))
 }
 
 /// Run the controller until shutdown.
 pub async fn run(client: Client, scope: crate::scope::Scope) {
-    Controller::new(scope.api::<ToolGrant>(&client), watcher::Config::default())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, Arc::new(Context { client }))
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    Controller::new(
+        scope.api::<DeserializeGuard<ToolGrant>>(&client),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        reconcile_guarded,
+        error_policy,
+        Arc::new(Context { client }),
+    )
+    .for_each(|_| futures::future::ready(()))
+    .await;
 }

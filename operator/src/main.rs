@@ -16,6 +16,7 @@ mod cache;
 mod call;
 mod descriptor;
 mod grant;
+mod guard;
 mod ops;
 mod policies;
 mod readiness;

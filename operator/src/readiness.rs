@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -107,6 +108,7 @@ where
     Ok(())
 }
 
+#[tracing::instrument(skip(p, ctx), fields(policy = %p.name_any(), namespace = p.namespace().unwrap_or_default()))]
 async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = p.namespace().ok_or_else(|| Error::NoNamespace {
         kind: "SandboxPolicy",
@@ -188,6 +190,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
     })))
 }
 
+#[tracing::instrument(skip(b, ctx), fields(binding = %b.name_any(), namespace = b.namespace().unwrap_or_default()))]
 async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = b.namespace().ok_or_else(|| Error::NoNamespace {
         kind: "CredentialBinding",
@@ -227,6 +230,26 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+async fn policy_guarded(
+    guard: Arc<DeserializeGuard<SandboxPolicy>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match crate::guard::valid(&guard, "SandboxPolicy") {
+        Some(p) => reconcile_policy(p, ctx).await,
+        None => Ok(Action::await_change()),
+    }
+}
+
+async fn binding_guarded(
+    guard: Arc<DeserializeGuard<CredentialBinding>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match crate::guard::valid(&guard, "CredentialBinding") {
+        Some(b) => reconcile_binding(b, ctx).await,
+        None => Ok(Action::await_change()),
+    }
+}
+
 fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(%error, category = error.category(), "readiness reconcile failed");
     Action::requeue(backoff(2))
@@ -239,18 +262,18 @@ pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate
         broker,
     });
     let policies = Controller::new(
-        scope.api::<SandboxPolicy>(&client),
+        scope.api::<DeserializeGuard<SandboxPolicy>>(&client),
         watcher::Config::default(),
     )
     .shutdown_on_signal()
-    .run(reconcile_policy, error_policy, ctx.clone())
+    .run(policy_guarded, error_policy, ctx.clone())
     .for_each(|_| futures::future::ready(()));
     let bindings = Controller::new(
-        scope.api::<CredentialBinding>(&client),
+        scope.api::<DeserializeGuard<CredentialBinding>>(&client),
         watcher::Config::default(),
     )
     .shutdown_on_signal()
-    .run(reconcile_binding, error_policy, ctx)
+    .run(binding_guarded, error_policy, ctx)
     .for_each(|_| futures::future::ready(()));
     tokio::join!(policies, bindings);
 }

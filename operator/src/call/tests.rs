@@ -255,3 +255,23 @@ async fn an_allowed_call_applies_its_children_then_the_pod() {
         "Running"
     );
 }
+
+#[tokio::test]
+async fn a_call_that_does_not_deserialize_is_left_alone_without_a_request() {
+    let (ctx, log, _server) = context(vec![tool(), grant(), policy()]);
+    let mut broken =
+        serde_json::to_value(call("system:serviceaccount:team-a:fixer", None)).expect("call");
+    broken["spec"]["args"] = serde_json::json!("not an object");
+    broken["spec"]["toolRef"] = serde_json::json!(42);
+    let guard: kube::core::error_boundary::DeserializeGuard<ToolCall> =
+        serde_json::from_value(broken).expect("a guard holds any object");
+    assert!(guard.0.is_err(), "the object is invalid");
+    let action = super::reconcile_guarded(Arc::new(guard), ctx)
+        .await
+        .expect("no error, so no hot retry loop");
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    assert!(
+        log.lock().expect("log").is_empty(),
+        "an invalid object costs no request"
+    );
+}
