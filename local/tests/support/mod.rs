@@ -1,6 +1,6 @@
-//! What the embedded runtime's end-to-end suites share: manifests, a workspace and tokens in a
-//! temporary folder, the real `toolgate local` binary as a server process, and the generated
-//! gRPC client.
+//! What the embedded runtime's end-to-end suites share (here, and the command line's suite in
+//! `cli/tests`): manifests, a workspace and tokens in a temporary folder, the real
+//! `toolgate local` binary as a server process, and the generated gRPC client.
 #![allow(dead_code)]
 
 use std::io::BufRead;
@@ -18,6 +18,64 @@ pub const AGENT: &str = "agent-token-0123456789abcdef";
 pub const REVIEWER: &str = "reviewer-token-0123456789abcdef";
 pub const OTHER: &str = "other-agent-token-0123456789abcdef";
 pub const CANARY: &str = "canary-credential-5d1e77b2";
+
+/// The `toolgate` binary: cargo's own when these suites are the command line's, else the one
+/// built beside the test binaries (`cargo test --workspace`, which tests/run.sh runs, builds
+/// it). A binary older than any source it is built from is refused: the suite would test old
+/// code.
+pub fn toolgate_binary() -> PathBuf {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_toolgate") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("toolgate"))
+        .expect("target dir");
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
+                bin.display()
+            )
+        });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut todo: Vec<PathBuf> = [
+        "cli/src",
+        "local/src",
+        "api/src",
+        "core/src",
+        "crds/src",
+        "sandbox/src",
+        "executor/src",
+        "broker/src",
+        "artifacts/src",
+        "proto",
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > built)
+            {
+                panic!(
+                    "{} is older than {}: rebuild it (cargo build -p toolgate) so the suite tests this code",
+                    bin.display(),
+                    p.display()
+                );
+            }
+        }
+    }
+    bin
+}
 
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -95,7 +153,7 @@ pub fn setup() -> tempfile::TempDir {
 
 /// `toolgate local` on `root`'s manifests and tokens, with this data folder and workspace.
 pub fn local_command(root: &Path, data: &Path, workspace: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    let mut c = Command::new(toolgate_binary());
     c.arg("local")
         .arg("--manifests")
         .arg(root.join("manifests"))

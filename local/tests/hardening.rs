@@ -604,43 +604,6 @@ async fn a_sandbox_that_cannot_be_honoured_ends_the_call_before_anyone_is_asked_
     assert_eq!(code_of(&e), "not-awaiting-approval");
 }
 
-/// `toolgate call` says the outcome in its exit code (as `check` does) and says why a call
-/// was stopped.
-#[test]
-fn the_call_command_exits_with_the_outcome_and_says_why() {
-    let dir = setup();
-    let server = Server::start(dir.path());
-    let url = format!("http://{}", server.addr);
-    let call = |tool: &str, args: &str, action: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args([
-                "call", tool, "--args", args, "--action", action, "--task", "t",
-            ])
-            .env("TOOLGATE_SERVER", &url)
-            .env("TOOLGATE_TOKEN", AGENT)
-            .output()
-            .expect("toolgate runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
-    let (code, out) = call("file.read", r#"{"path": "/etc/passwd"}"#, "read");
-    assert_eq!(code, Some(4), "{out}");
-    assert!(
-        out.contains("why: ArgsValidated ArgsInvalid: /path:"),
-        "{out}"
-    );
-    let (code, out) = call("no.such.tool", "{}", "read");
-    assert_eq!(code, Some(4), "{out}");
-    assert!(out.contains("why: PolicyChecked ToolNotFound"), "{out}");
-    assert!(!out.contains("decision= "), "{out}");
-    let (code, out) = call("test.gated", r#"{"msg": "hi"}"#, "execute");
-    assert_eq!(code, Some(3), "{out}");
-    let (code, out) = call("test.echo", r#"{"msg": "hi"}"#, "execute");
-    assert_eq!(code, Some(0), "{out}");
-}
-
 /// A description with orders for the model reaches no view and runs no call until a person has
 /// reviewed that version.
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,178 @@
+//! The command line against a running `toolgate local`: what a person types — the demo, the
+//! client driving a call through approval, and exit codes that say the outcome.
+
+#[path = "../../local/tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+#[test]
+fn the_demo_plays_the_whole_scenario() {
+    let out = Command::new(toolgate_binary())
+        .arg("demo")
+        .output()
+        .expect("demo runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "── 2. An allowed read",
+        "ArgsInvalid",
+        "AwaitingApproval",
+        "approval-self",
+        "ApprovalGranted    Approved",
+        "the request carried the brokered token: true",
+        "matches the record",
+        "credential binding: github-issues-bot (value never shown)",
+        "The credential value appeared in 0 of",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+/// The command-line client against the server: what a person types.
+#[test]
+fn the_command_line_client_drives_a_call_through_approval() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let toolgate = |token: &str, args: &[&str]| {
+        let out = Command::new(toolgate_binary())
+            .args(args)
+            .env("TOOLGATE_SERVER", &url)
+            .env("TOOLGATE_TOKEN", token)
+            .output()
+            .expect("toolgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "view",
+            "--intent",
+            "read a source file",
+            "--format",
+            "anthropic",
+            "--max-tools",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"input_schema\""), "{out}");
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "src/a.ts"}"#,
+            "--action",
+            "read",
+            "--task",
+            "read a.ts",
+            "--watch",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("✓ StateUpdated") && out.contains("phase=Succeeded"),
+        "{out}"
+    );
+    let (_, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "test.gated",
+            "--args",
+            r#"{"msg": "from the cli"}"#,
+            "--action",
+            "execute",
+            "--task",
+            "echo",
+        ],
+    );
+    let id = out.split_whitespace().next().expect("call id").to_string();
+    assert!(out.contains("phase=AwaitingApproval"), "{out}{err}");
+    let (code, _, err) = toolgate(AGENT, &["approve", &id]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("[approval-self]"), "{err}");
+    let (code, out, err) = toolgate(REVIEWER, &["approve", &id, "--comment", "fine"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("args sha256:"), "{out}");
+    let (code, out, _) = toolgate(AGENT, &["watch", &id]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("StateUpdated"), "{out}");
+    let (_, out, _) = toolgate(AGENT, &["list", "--phase", "Succeeded"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (_, out, _) = toolgate(REVIEWER, &["explain", &id]);
+    assert!(
+        out.contains("approval:") && out.contains("by alice@example.com"),
+        "{out}"
+    );
+    let (code, out, _) = toolgate(AGENT, &["artifact", &id, "stdout"]);
+    assert_eq!((code, out.as_str()), (Some(0), "from the cli\n"));
+    let (code, _, err) = toolgate("wrong-token-wrong-token", &["list"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("Unauthenticated"), "{err}");
+    let (code, _, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            "{",
+            "--action",
+            "read",
+            "--task",
+            "x",
+        ],
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("(field args_json)"), "{err}");
+}
+
+/// `toolgate call` says the outcome in its exit code (as `check` does) and says why a call
+/// was stopped.
+#[test]
+fn the_call_command_exits_with_the_outcome_and_says_why() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let call = |tool: &str, args: &str, action: &str| {
+        let out = std::process::Command::new(toolgate_binary())
+            .args([
+                "call", tool, "--args", args, "--action", action, "--task", "t",
+            ])
+            .env("TOOLGATE_SERVER", &url)
+            .env("TOOLGATE_TOKEN", AGENT)
+            .output()
+            .expect("toolgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = call("file.read", r#"{"path": "/etc/passwd"}"#, "read");
+    assert_eq!(code, Some(4), "{out}");
+    assert!(
+        out.contains("why: ArgsValidated ArgsInvalid: /path:"),
+        "{out}"
+    );
+    let (code, out) = call("no.such.tool", "{}", "read");
+    assert_eq!(code, Some(4), "{out}");
+    assert!(out.contains("why: PolicyChecked ToolNotFound"), "{out}");
+    assert!(!out.contains("decision= "), "{out}");
+    let (code, out) = call("test.gated", r#"{"msg": "hi"}"#, "execute");
+    assert_eq!(code, Some(3), "{out}");
+    let (code, out) = call("test.echo", r#"{"msg": "hi"}"#, "execute");
+    assert_eq!(code, Some(0), "{out}");
+}
