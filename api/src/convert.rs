@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use toolgate_core::lifecycle::phase_name;
 use toolgate_core::principal::Principal;
-use toolgate_core::registry::Registry;
+use toolgate_core::registry::{GrantUsages, Registry};
 use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
 
 use crate::error::ApiError;
@@ -122,6 +122,7 @@ fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
 /// Compile the view a principal gets for a GetToolView request, checking its fields.
 pub fn tool_view(
     registry: &Registry,
+    usage: &GrantUsages,
     namespace: &str,
     principal: &Principal,
     req: &pb::GetToolViewRequest,
@@ -163,6 +164,7 @@ pub fn tool_view(
             recent_failures: &failures,
             explain: req.explain,
             now: Timestamp::now(),
+            usage,
         },
     );
     Ok(pb::ToolView {

@@ -286,6 +286,8 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
             recent_failures: &failures,
             explain: a.explain,
             now,
+            // A folder of manifests has no ledger: the view as if every budget were unused.
+            usage: &Default::default(),
         },
     );
     let format = match a.format {

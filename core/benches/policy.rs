@@ -152,6 +152,7 @@ fn main() {
     );
     let all_grants: Vec<&GrantEntry> = r.grants().collect();
     let failures = BTreeMap::new();
+    let usage = Default::default();
     let view_req = ViewRequest {
         namespace: NS,
         principal: &principal,
@@ -162,6 +163,7 @@ fn main() {
         recent_failures: &failures,
         explain: false,
         now,
+        usage: &usage,
     };
     let selector_principal = Principal::new("system:serviceaccount:bench:agent-9"); // grant-9 has a selector
     let selector_req = ViewRequest {

@@ -541,23 +541,13 @@ pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, Str
             format!("grant {} expired at {exp}", g.name),
         ));
     }
-    if let Some(b) = &g.spec.budget {
-        if let Some(max) = b.max_calls
-            && g.usage.calls_total >= max
-        {
-            return Err((
-                "budget-exhausted",
-                format!("grant {} used its {max} calls", g.name),
-            ));
-        }
-        if let Some(max) = b.max_calls_per_hour
-            && g.usage.calls_last_hour >= max
-        {
-            return Err((
-                "budget-exhausted",
-                format!("grant {} used its {max} calls for this hour", g.name),
-            ));
-        }
+    if let Some(e) = g
+        .spec
+        .budget
+        .as_ref()
+        .and_then(|b| crate::budget::exhausted(&g.name, b, &g.usage))
+    {
+        return Err(("budget-exhausted", e.to_string()));
     }
     Ok(())
 }
@@ -584,12 +574,21 @@ pub fn grant_state(
         return (GrantState::Expired, None);
     }
     let next = grant.expires_at.map(|e| e.0);
-    if let Some(b) = &grant.budget
-        && b.max_calls.is_some_and(|max| usage.calls_total >= max)
+    match grant
+        .budget
+        .as_ref()
+        .and_then(|b| crate::budget::exhausted("", b, usage))
     {
-        return (GrantState::Exhausted, next);
+        // An hourly limit frees up by itself: look again then.
+        Some(e) => {
+            let next = match (next, e.resets_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (GrantState::Exhausted, next)
+        }
+        None => (GrantState::Active, next),
     }
-    (GrantState::Active, next)
 }
 
 /// `github:*` covers `github:issues:write`; `*` covers everything; otherwise equality.

@@ -5,6 +5,7 @@
 
 pub mod approval;
 pub mod args;
+pub mod budget;
 pub mod decision;
 pub mod digest;
 pub mod exec;

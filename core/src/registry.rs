@@ -217,6 +217,25 @@ pub struct GrantUsage {
     pub calls_total: u64,
     /// In the last hour.
     pub calls_last_hour: u64,
+    /// When the oldest unit of the last hour leaves the window (none when it is empty).
+    pub window_frees_at: Option<jiff::Timestamp>,
+}
+
+/// What each grant (namespace, name) used of its budget, as its ledger says.
+pub type GrantUsages = std::collections::HashMap<(String, String), GrantUsage>;
+
+/// The grants with the usage `usages` records for them (a grant without a ledger used nothing).
+pub fn with_usage(grants: &[&GrantEntry], usages: &GrantUsages) -> Vec<GrantEntry> {
+    grants
+        .iter()
+        .map(|g| {
+            let mut g = (*g).clone();
+            if let Some(u) = usages.get(&(g.namespace.clone(), g.name.clone())) {
+                g.usage = *u;
+            }
+            g
+        })
+        .collect()
 }
 
 /// Tools and grants, indexed by namespace, name, action type and subject.

@@ -41,6 +41,8 @@ pub struct ViewRequest<'a> {
     pub explain: bool,
     /// Decision time (grant expiry).
     pub now: Timestamp,
+    /// What the grants used of their budgets (a tool whose only grants are spent is hidden).
+    pub usage: &'a crate::registry::GrantUsages,
 }
 
 /// Whether calls of an exposed tool need approval.
@@ -126,7 +128,11 @@ const SMALL_CANDIDATE_SET: usize = 64;
 /// Compile a view.
 pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     let mut hidden = Vec::new();
-    let grants = registry.grants_for(req.namespace, req.principal);
+    let grants = crate::registry::with_usage(
+        &registry.grants_for(req.namespace, req.principal),
+        req.usage,
+    );
+    let grants: Vec<&crate::registry::GrantEntry> = grants.iter().collect();
     let by_name_only = grants.iter().all(|g| g.spec.tools.selector.is_none());
     let wants = |t: &RegisteredTool| {
         req.action_type

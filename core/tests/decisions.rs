@@ -359,6 +359,7 @@ fn grant_liveness_and_budget() {
         GrantUsage {
             calls_total: 500,
             calls_last_hour: 0,
+            ..Default::default()
         },
     );
     assert_decision(
@@ -372,6 +373,7 @@ fn grant_liveness_and_budget() {
         GrantUsage {
             calls_total: 10,
             calls_last_hour: 120,
+            ..Default::default()
         },
     );
     assert_decision(
@@ -385,6 +387,7 @@ fn grant_liveness_and_budget() {
         GrantUsage {
             calls_total: 10,
             calls_last_hour: 119,
+            ..Default::default()
         },
     );
     assert_decision(
@@ -704,7 +707,8 @@ fn grant_states_and_their_next_transition() {
             &grant,
             &GrantUsage {
                 calls_total: 500,
-                calls_last_hour: 0
+                calls_last_hour: 0,
+                ..Default::default()
             },
             now()
         )
@@ -755,6 +759,7 @@ fn a_poisoned_description_keeps_the_tool_out_of_views_and_calls_until_reviewed()
             recent_failures: &Default::default(),
             explain: true,
             now: now(),
+            usage: &Default::default(),
         },
     );
     assert!(view.exposed.iter().all(|t| t.name != "file.read"));
@@ -782,4 +787,46 @@ fn a_poisoned_description_keeps_the_tool_out_of_views_and_calls_until_reviewed()
         r.tool(NS, "file.read").expect("tool").lifecycle,
         Lifecycle::Verified
     );
+}
+
+/// The re-check before a call runs counts every unit but the call's own: the call that took
+/// the last unit still runs, one that holds none is refused.
+#[test]
+fn the_unit_a_call_holds_is_its_own_on_the_recheck() {
+    use std::collections::HashMap;
+    use toolgate_core::lifecycle::{Call, Policies, Snapshot};
+    use toolgate_crds::{LocalObjectRef, ToolCallStatus};
+    let policies = Policies::new(objects(examples()));
+    let spec = example_call("read-serializer-1");
+    let full = || {
+        HashMap::from([(
+            (NS.to_string(), "fixer-agent".to_string()),
+            GrantUsage {
+                calls_total: 500,
+                calls_last_hour: 1,
+                ..Default::default()
+            },
+        )])
+    };
+    let holding = ToolCallStatus {
+        budget_charged: Some(LocalObjectRef {
+            name: "fixer-agent".into(),
+        }),
+        ..Default::default()
+    };
+    let unpaid = ToolCallStatus::default();
+    for (status, outcome) in [
+        (&holding, DecisionOutcome::Allow),
+        (&unpaid, DecisionOutcome::Deny),
+    ] {
+        let snapshot = Snapshot::new(&policies, vec![], now()).with_usage(full());
+        let call = Call {
+            namespace: NS,
+            name: "read-serializer-1",
+            spec: &spec,
+            status,
+        };
+        let d = snapshot.decide(&call);
+        assert_eq!(d.outcome, outcome, "{:#?}", d.reasons);
+    }
 }

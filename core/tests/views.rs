@@ -36,6 +36,7 @@ fn view(
             recent_failures: failures,
             explain,
             now: now(),
+            usage: &Default::default(),
         },
     )
 }

@@ -229,6 +229,10 @@ pub struct ToolCallStatus {
     /// The policy decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// The grant whose budget this call used when it was authorized; cleared when the unit is
+    /// given back (the call ended before it started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_charged: Option<LocalObjectRef>,
     /// Where and as whom the call ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<CallRuntime>,

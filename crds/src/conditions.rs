@@ -167,7 +167,8 @@ pub mod reason {
     pub const EXPIRED: &str = "Expired";
     /// The grant was revoked.
     pub const REVOKED: &str = "Revoked";
-    /// The grant's budget is spent.
+    /// The grant's budget is spent (also on PolicyChecked or ApprovalGranted of a call refused
+    /// for it).
     pub const BUDGET_EXHAUSTED: &str = "BudgetExhausted";
 }
 

@@ -24,7 +24,13 @@ use crate::common::{ActionType, Condition, RiskSeverity, RiskTier, Timestamp};
         doc = "Grants principals (service accounts, users, groups) the use of tools with scopes, a budget and an expiry.",
         printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
         printcolumn(name = "Expires", type_ = "string", json_path = ".spec.expiresAt"),
-        printcolumn(name = "Calls", type_ = "integer", json_path = ".status.callsUsed"),
+        printcolumn(name = "Used", type_ = "integer", json_path = ".status.callsUsed"),
+        printcolumn(name = "Limit", type_ = "integer", json_path = ".spec.budget.maxCalls"),
+        printcolumn(
+            name = "Hourly",
+            type_ = "integer",
+            json_path = ".spec.budget.maxCallsPerHour"
+        ),
         printcolumn(
             name = "Age",
             type_ = "date",
@@ -188,9 +194,20 @@ pub struct ToolGrantStatus {
     /// `Pending` (before notBefore), `Active`, `Expired`, `Revoked` or `Exhausted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<GrantState>,
-    /// Calls counted against the budget.
+    /// Calls counted against the budget: every call authorized under this grant, less those
+    /// that ended before they started (their unit is given back).
     #[serde(default)]
     pub calls_used: u64,
+    /// Calls authorized in each of the last 60 minutes (the rolling hour of
+    /// `budget.maxCallsPerHour`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 60))]
+    pub hourly: Vec<MinuteCount>,
+    /// The calls charged most recently, so a charge repeated after a restart is not counted
+    /// twice, and a refund finds its minute (the last 1,000).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub recent_charges: Vec<BudgetCharge>,
     /// The `.metadata.generation` the status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -198,6 +215,27 @@ pub struct ToolGrantStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Calls authorized in one minute.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MinuteCount {
+    /// Minutes since the Unix epoch.
+    pub minute: i64,
+    /// Calls authorized in it.
+    pub calls: u64,
+}
+
+/// A call charged to a grant's budget.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetCharge {
+    /// The call (`namespace/name` on a cluster, its id locally).
+    #[schemars(length(min = 1, max = 320))]
+    pub call: String,
+    /// The minute it was charged in (minutes since the Unix epoch).
+    pub minute: i64,
 }
 
 /// State of a grant.

@@ -7,7 +7,7 @@ use toolgate_api::{ApiError, Caller};
 use toolgate_core::lifecycle::{ApprovalRequest, awaiting, issue};
 use toolgate_crds::{ApprovalDecision, CallPhase};
 
-use crate::runtime::{Runtime, call_of, snapshot};
+use crate::runtime::{Runtime, call_of};
 use crate::store::{ApprovalRecord, CallRecord};
 
 impl Runtime {
@@ -54,7 +54,7 @@ impl Runtime {
                     spec,
                     consumed: false,
                 });
-                let snap = snapshot(&loaded, rec.approval.as_ref(), &[]);
+                let snap = self.snapshot(&loaded, &rec.namespace, rec.approval.as_ref(), &[])?;
                 let mut status = rec.status.clone();
                 let steps = awaiting(&snap, &call_of(rec), &mut status);
                 if steps.is_empty() {

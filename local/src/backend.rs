@@ -52,6 +52,7 @@ impl Runtime {
     ) -> Result<pb::ToolView, ApiError> {
         toolgate_api::convert::tool_view(
             &self.loaded().policies.registry,
+            &self.usage(namespace, jiff::Timestamp::now())?,
             namespace,
             principal,
             req,
@@ -212,7 +213,7 @@ impl Backend for Runtime {
         )?;
         let loaded = self.loaded();
         let sandbox = toolgate_core::lifecycle::sandbox_view(
-            &crate::runtime::snapshot(&loaded, None, &[]),
+            &self.snapshot(&loaded, &rec.namespace, None, &[])?,
             &call,
             serde_json::json!({"runtime": "local", "plan": rec.sandbox}),
         );

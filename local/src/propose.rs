@@ -6,7 +6,7 @@ use toolgate_api::{ApiError, Caller};
 use toolgate_core::lifecycle::{Call, propose, same_proposal};
 use toolgate_crds::CallPhase;
 
-use crate::runtime::{Runtime, internal, snapshot};
+use crate::runtime::{Runtime, internal};
 use crate::store::CallRecord;
 
 impl Runtime {
@@ -57,7 +57,7 @@ impl Runtime {
         let config = &self.inner.config;
         let mut status = rec.status.clone();
         let steps = {
-            let snap = snapshot(&loaded, None, &session);
+            let snap = self.snapshot(&loaded, &rec.namespace, None, &session)?;
             let call = Call {
                 namespace: &rec.namespace,
                 name: &rec.id,

@@ -17,7 +17,7 @@ use toolgate_crds::{CallPhase, CallResult};
 
 use crate::cancel::kill_group;
 use crate::place::{Placed, place};
-use crate::runtime::{Runtime, call_of, lock, snapshot};
+use crate::runtime::{Runtime, call_of, lock};
 use crate::store::CallRecord;
 
 /// Bytes of the executor's stderr kept for a failure message.
@@ -90,7 +90,7 @@ fn start(
     let loaded = rt.loaded();
     let session = rt.session_approvals(rec)?;
     let own = rec.approval.clone();
-    let snap = snapshot(&loaded, own.as_ref(), &session);
+    let snap = rt.snapshot(&loaded, &rec.namespace, own.as_ref(), &session)?;
     let mut status = rec.status.clone();
     let run = match plan_run(&snap, &call_of(rec), &mut status) {
         Ok(run) => run,

@@ -11,14 +11,19 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::sync::broadcast;
 use toolgate_api::{ApiError, Caller};
+use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
-use toolgate_core::lifecycle::{Call, Snapshot, Step, apply, is_terminal, phase_name};
+use toolgate_core::lifecycle::{
+    BudgetMove, Call, Snapshot, Step, apply, budget_move, charge_or_refuse, give_back, is_terminal,
+    phase_name,
+};
 use toolgate_core::lint::Linter;
-use toolgate_crds::ConditionStatus;
+use toolgate_core::registry::GrantUsages;
+use toolgate_crds::{ConditionStatus, ToolGrantStatus};
 
 use crate::broker::CredentialBroker;
 use crate::manifests::Loaded;
-use crate::store::{ApprovalRecord, CallRecord, EventRecord, Store, StoreError};
+use crate::store::{ApprovalRecord, CallRecord, EventRecord, Store, StoreError, ledger_key};
 
 /// How the embedded runtime is set up.
 pub struct Config {
@@ -138,10 +143,17 @@ impl Runtime {
         steps: &[Step],
         idempotency_key: Option<&str>,
     ) -> Result<CallRecord, ApiError> {
-        let events = record_steps(&mut rec, steps);
+        let mut steps = steps.to_vec();
+        let ledger = self.budget(&mut rec, &mut steps)?;
+        let events = record_steps(&mut rec, &steps);
         self.inner
             .store
-            .save(&rec, &events, idempotency_key)
+            .save(
+                &rec,
+                &events,
+                idempotency_key,
+                ledger.as_ref().map(|(k, l)| (k.as_str(), l)),
+            )
             .map_err(internal)?;
         for e in events {
             let _ = self.inner.events.send(e);
@@ -208,22 +220,78 @@ pub(crate) fn call_of(rec: &CallRecord) -> Call<'_> {
     }
 }
 
-/// What a record is decided against: the manifests, its own approval and its session's.
-pub(crate) fn snapshot<'a>(
-    loaded: &'a Loaded,
-    own: Option<&'a ApprovalRecord>,
-    session: &'a [ApprovalRecord],
-) -> Snapshot<'a> {
-    let approvals = own
-        .into_iter()
-        .chain(session)
-        .map(|a| ApprovalEntry {
-            name: &a.name,
-            spec: &a.spec,
-            consumed: a.consumed,
-        })
-        .collect();
-    Snapshot::new(&loaded.policies, approvals, Timestamp::now())
+impl Runtime {
+    /// What a record in `namespace` is decided against: the manifests, its own approval and
+    /// its session's, and what the namespace's grants used of their budgets.
+    pub(crate) fn snapshot<'a>(
+        &self,
+        loaded: &'a Loaded,
+        namespace: &str,
+        own: Option<&'a ApprovalRecord>,
+        session: &'a [ApprovalRecord],
+    ) -> Result<Snapshot<'a>, ApiError> {
+        let approvals = own
+            .into_iter()
+            .chain(session)
+            .map(|a| ApprovalEntry {
+                name: &a.name,
+                spec: &a.spec,
+                consumed: a.consumed,
+            })
+            .collect();
+        let now = Timestamp::now();
+        Ok(Snapshot::new(&loaded.policies, approvals, now).with_usage(self.usage(namespace, now)?))
+    }
+
+    /// What the grants of `namespace` used of their budgets at `now`, from their ledgers.
+    pub(crate) fn usage(&self, namespace: &str, now: Timestamp) -> Result<GrantUsages, ApiError> {
+        Ok(self
+            .inner
+            .store
+            .ledgers_in(namespace)
+            .map_err(internal)?
+            .into_iter()
+            .map(|(grant, l)| ((namespace.to_string(), grant), budget::usage(&l, now)))
+            .collect())
+    }
+
+    /// The budget a transition charges or gives back, applied to the grant's ledger (and, for
+    /// an exhausted budget, to the steps): the ledger to write with the call.
+    fn budget(
+        &self,
+        rec: &mut CallRecord,
+        steps: &mut Vec<Step>,
+    ) -> Result<Option<(String, ToolGrantStatus)>, ApiError> {
+        let now = Timestamp::now();
+        let (grant, charging) = match budget_move(&rec.status, steps) {
+            BudgetMove::Nothing => return Ok(None),
+            BudgetMove::Charge(g) => (g, true),
+            BudgetMove::Refund(g) => (g, false),
+        };
+        let key = ledger_key(&rec.namespace, &grant);
+        let mut ledger = self.inner.store.ledger(&key).map_err(internal)?;
+        if charging {
+            let loaded = self.loaded();
+            let budget = loaded
+                .policies
+                .registry
+                .grants()
+                .find(|g| g.namespace == rec.namespace && g.name == grant)
+                .and_then(|g| g.spec.budget.clone());
+            charge_or_refuse(
+                steps,
+                &mut rec.status,
+                &grant,
+                budget.as_ref(),
+                &mut ledger,
+                &rec.id,
+                now,
+            );
+        } else {
+            give_back(&mut rec.status, &mut ledger, &rec.id, now);
+        }
+        Ok(Some((key, ledger)))
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -9,7 +9,7 @@ use toolgate_core::lifecycle::{awaiting, interrupted};
 use toolgate_crds::CallPhase;
 
 use crate::manifests::{Loaded, load_folder};
-use crate::runtime::{Config, Runtime, StartError, call_of, internal, snapshot};
+use crate::runtime::{Config, Runtime, StartError, call_of, internal};
 use crate::store::Store;
 
 impl Runtime {
@@ -115,7 +115,7 @@ impl Runtime {
         for rec in pending {
             let session = self.session_approvals(&rec)?;
             self.transition(&rec.id, |r| {
-                let snap = snapshot(loaded, r.approval.as_ref(), &session);
+                let snap = self.snapshot(loaded, &r.namespace, r.approval.as_ref(), &session)?;
                 let mut status = r.status.clone();
                 let steps = awaiting(&snap, &call_of(r), &mut status);
                 r.status = status;

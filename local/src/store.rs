@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, TableDefinition};
 use serde::{Deserialize, Serialize};
-use toolgate_crds::{ToolApprovalSpec, ToolCallSpec, ToolCallStatus};
+use toolgate_crds::{ToolApprovalSpec, ToolCallSpec, ToolCallStatus, ToolGrantStatus};
 
 const CALLS: TableDefinition<&str, &[u8]> = TableDefinition::new("calls");
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
@@ -21,6 +21,14 @@ const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempoten
 /// `namespace \0 session \0 call` → call, for the calls of a session holding an allowForSession
 /// approval: deciding a call in a session reads these, not the whole store.
 const SESSION_APPROVALS: TableDefinition<&str, &str> = TableDefinition::new("session-approvals");
+/// `namespace/grant` → the grant's budget ledger (callsUsed, hourly, recentCharges of a
+/// ToolGrant's status), written in the same transaction as the call that charges or refunds it.
+const GRANT_LEDGERS: TableDefinition<&str, &[u8]> = TableDefinition::new("grant-ledgers");
+
+/// The ledger key of a grant.
+pub fn ledger_key(namespace: &str, grant: &str) -> String {
+    format!("{namespace}/{grant}")
+}
 
 fn session_prefix(namespace: &str, session: &str) -> String {
     format!("{namespace}\0{session}\0")
@@ -229,6 +237,8 @@ impl Store {
                 .map_err(|e| db_err(e.to_string()))?;
             tx.open_table(SESSION_APPROVALS)
                 .map_err(|e| db_err(e.to_string()))?;
+            tx.open_table(GRANT_LEDGERS)
+                .map_err(|e| db_err(e.to_string()))?;
         }
         tx.commit().map_err(|e| db_err(e.to_string()))?;
         Ok(Store {
@@ -245,13 +255,14 @@ impl Store {
         }
     }
 
-    /// Write a call and, in the same transaction, its new events and idempotency key. Durable
-    /// when this returns.
+    /// Write a call and, in the same transaction, its new events, its idempotency key and the
+    /// ledger of the grant it charged or refunded. Durable when this returns.
     pub fn save(
         &self,
         record: &CallRecord,
         events: &[EventRecord],
         idempotency: Option<&str>,
+        ledger: Option<(&str, &ToolGrantStatus)>,
     ) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(record).map_err(|source| StoreError::Record {
             id: record.id.clone(),
@@ -290,6 +301,14 @@ impl Store {
                 let mut idem = tx.open_table(IDEMPOTENCY).map_err(|e| self.err(e))?;
                 idem.insert(key, record.id.as_str())
                     .map_err(|e| self.err(e))?;
+            }
+            if let Some((key, l)) = ledger {
+                let b = serde_json::to_vec(l).map_err(|source| StoreError::Record {
+                    id: key.into(),
+                    source,
+                })?;
+                let mut ledgers = tx.open_table(GRANT_LEDGERS).map_err(|e| self.err(e))?;
+                ledgers.insert(key, b.as_slice()).map_err(|e| self.err(e))?;
             }
         }
         tx.commit().map_err(|e| self.err(e))?;
@@ -336,6 +355,43 @@ impl Store {
                 id: id.into(),
                 source,
             })
+    }
+
+    /// A grant's budget ledger (empty when it never charged).
+    pub fn ledger(&self, key: &str) -> Result<ToolGrantStatus, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(GRANT_LEDGERS).map_err(|e| self.err(e))?;
+        match table.get(key).map_err(|e| self.err(e))? {
+            None => Ok(ToolGrantStatus::default()),
+            Some(v) => serde_json::from_slice(v.value()).map_err(|source| StoreError::Record {
+                id: key.into(),
+                source,
+            }),
+        }
+    }
+
+    /// Every ledger of a namespace, by grant name.
+    pub fn ledgers_in(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<(String, ToolGrantStatus)>, StoreError> {
+        let prefix = format!("{namespace}/");
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(GRANT_LEDGERS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for item in table.range(prefix.as_str()..).map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Some(name) = k.value().strip_prefix(&prefix) else {
+                break;
+            };
+            let ledger =
+                serde_json::from_slice(v.value()).map_err(|source| StoreError::Record {
+                    id: k.value().into(),
+                    source,
+                })?;
+            out.push((name.to_string(), ledger));
+        }
+        Ok(out)
     }
 
     /// The call an idempotency key names.

@@ -136,6 +136,11 @@ impl PolicyCache {
         )
     }
 
+    /// A grant as the cache holds it (its status is the budget ledger a charge starts from).
+    pub(crate) fn grant(&self, ns: &str, name: &str) -> Option<Arc<ToolGrant>> {
+        self.grants.get(&reflector::ObjectRef::new(name).within(ns))
+    }
+
     /// A cache from objects already at hand (reconciler tests).
     #[cfg(test)]
     pub(crate) fn of(

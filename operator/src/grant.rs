@@ -11,7 +11,6 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use toolgate_core::decision::grant_state;
-use toolgate_core::registry::GrantUsage;
 use toolgate_crds::conditions::{ACTIVE, condition, reason, set_condition};
 use toolgate_crds::{ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus};
 
@@ -29,10 +28,7 @@ pub fn desired_status(
     now: jiff::Timestamp,
 ) -> (ToolGrantStatus, Option<jiff::Timestamp>) {
     let previous = g.status.clone().unwrap_or_default();
-    let usage = GrantUsage {
-        calls_total: previous.calls_used,
-        calls_last_hour: 0,
-    };
+    let usage = toolgate_core::budget::usage(&previous, now);
     let (state, next) = grant_state(&g.spec, &usage, now);
     let active = state == GrantState::Active;
     let status = if active {
@@ -67,7 +63,14 @@ pub fn desired_status(
         ),
         GrantState::Exhausted => (
             reason::BUDGET_EXHAUSTED,
-            format!("{} calls used", previous.calls_used),
+            g.spec
+                .budget
+                .as_ref()
+                .and_then(|b| toolgate_core::budget::exhausted(&g.name_any(), b, &usage))
+                .map_or_else(
+                    || format!("{} calls used", previous.calls_used),
+                    |e| e.to_string(),
+                ),
         ),
     };
     let generation = g.metadata.generation;
@@ -77,11 +80,13 @@ pub fn desired_status(
         condition(ACTIVE, status, reason, message, Timestamp(now), generation),
     );
     conditions.retain(|c| c.type_ == ACTIVE);
+    // The budget ledger is the call controller's (it charges and refunds under optimistic
+    // concurrency); this controller keeps it as it is and never writes it.
     let s = ToolGrantStatus {
         state: Some(state),
-        calls_used: previous.calls_used,
         observed_generation: generation,
         conditions,
+        ..previous
     };
     (s, next)
 }
@@ -115,7 +120,11 @@ async fn reconcile(g: Arc<ToolGrant>, ctx: Arc<Context>) -> Result<Action, Error
     let now = jiff::Timestamp::now();
     let (status, next) = desired_status(&g, now);
     if g.status.as_ref() != Some(&status) {
-        let patch = serde_json::json!({"apiVersion": toolgate_crds::API_VERSION, "kind": "ToolGrant", "status": status});
+        let patch = serde_json::json!({"apiVersion": toolgate_crds::API_VERSION, "kind": "ToolGrant", "status": {
+            "state": status.state,
+            "observedGeneration": status.observed_generation,
+            "conditions": status.conditions,
+        }});
         Api::<ToolGrant>::namespaced(ctx.client.clone(), &ns)
             .patch_status(
                 &g.name_any(),

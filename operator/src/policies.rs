@@ -3,9 +3,11 @@
 
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
+use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
 use toolgate_core::lifecycle::{Call, Policies, Snapshot};
 use toolgate_core::manifest::{ObjectSet, Spec};
+use toolgate_core::registry::GrantUsages;
 use toolgate_crds::{
     ApprovalState, CredentialBinding, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor,
     ToolGrant,
@@ -17,6 +19,8 @@ use crate::descriptor::{meta_of, object};
 pub(crate) struct Namespace {
     pub(crate) policies: Policies,
     pub(crate) approvals: Vec<ToolApproval>,
+    /// What each grant used of its budget, from its status (the ledger the calls charge).
+    pub(crate) usage: GrantUsages,
 }
 
 /// Every object of a kind in the namespace, from the API server.
@@ -60,6 +64,17 @@ impl Namespace {
         approvals: Vec<ToolApproval>,
         call: &str,
     ) -> Self {
+        let now = jiff::Timestamp::now();
+        let usage = grants
+            .iter()
+            .filter_map(|g| {
+                let status = g.status.as_ref()?;
+                Some((
+                    (g.namespace().unwrap_or_default(), g.name_any()),
+                    budget::usage(status, now),
+                ))
+            })
+            .collect();
         let mut objects = Vec::new();
         objects.extend(
             descriptors
@@ -88,6 +103,7 @@ impl Namespace {
                 .into_iter()
                 .filter(|a| a.spec.call_ref.name == call || a.spec.session_id.is_some())
                 .collect(),
+            usage,
         }
     }
 
@@ -103,6 +119,7 @@ impl Namespace {
             })
             .collect();
         Snapshot::new(&self.policies, entries, jiff::Timestamp::now())
+            .with_usage(self.usage.clone())
     }
 }
 
@@ -113,7 +130,6 @@ pub(crate) fn call_of<'a>(
     ns: &'a str,
     status: &'a toolgate_crds::ToolCallStatus,
 ) -> Call<'a> {
-    let _ = call.name_any();
     Call {
         namespace: ns,
         name,

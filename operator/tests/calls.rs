@@ -1246,3 +1246,164 @@ fn a_missing_workspace_claim_fails_the_call_without_a_pod() {
     );
     assert_eq!(children(ns, "onclaim-1"), "");
 }
+
+/// A grant's budget on a cluster: 100 ToolCalls waiting against `maxCalls: 10`, decided at once
+/// by two replicas without leader election beside the elected one (the worst case a failed
+/// hand-over can produce), one of them killed and restarted in the middle, run exactly 10; the other 90 are denied saying which limit, and the grant's status and printer columns
+/// say 10 of 10.
+#[test]
+fn a_hundred_calls_against_a_budget_of_ten_run_exactly_ten() {
+    let Some(mut c) = cluster("tg-budget") else {
+        return;
+    };
+    let ns = c.ns.clone();
+    let tool = tool(&ns, "test.metered", "[echo, \"{{msg}}\"]", "never", None);
+    let grant = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: metered, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: {ns}}}]\n  tools: {{names: [test.metered]}}\n  scopes: [\"workspace:read\"]\n  budget: {{maxCalls: 10}}\n"
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!("{tool}\n---\n{grant}")),
+    );
+    support::eventually(
+        &ns,
+        "tooldescriptor/test.metered",
+        "{.status.lifecycle}",
+        "enabled",
+    );
+    let secrets = c._secrets.path().join("secrets.yaml").display().to_string();
+    let unelected = [
+        "--secrets",
+        secrets.as_str(),
+        "--keep-failed-pods-seconds",
+        "0",
+        "--no-leader-election",
+    ];
+    // The calls exist before any replica runs, so the replicas start on all 100 at once.
+    let _ = c._operator.child.kill();
+    let _ = c._operator.child.wait();
+    let names: Vec<String> = (0..100).map(|i| format!("metered-{i:03}")).collect();
+    let docs: Vec<String> = names
+        .iter()
+        .map(|n| call(&ns, n, "test.metered", &format!("{{msg: \"{n}\"}}"), &ns))
+        .collect();
+    ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
+    let elected = [
+        "--secrets",
+        secrets.as_str(),
+        "--keep-failed-pods-seconds",
+        "0",
+    ];
+    let mut second = start_operator(&ns, &unelected);
+    let _third = start_operator(&ns, &unelected);
+    c._operator = start_operator(&ns, &elected);
+    // Kill one replica while the burst is being decided, and start it again.
+    std::thread::sleep(Duration::from_millis(400));
+    drop(std::mem::replace(
+        &mut second,
+        start_operator(&ns, &unelected),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let phases = loop {
+        let phases = ok(
+            &[
+                "get",
+                "toolcalls",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.phase}{\"\\n\"}{end}",
+            ],
+            None,
+        );
+        let ended = phases
+            .lines()
+            .filter(|l| {
+                l.starts_with("metered-")
+                    && ["=Succeeded", "=Denied", "=Failed"]
+                        .iter()
+                        .any(|p| l.ends_with(p))
+            })
+            .count();
+        if ended == names.len() {
+            break phases;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ended} of 100 calls ended:\n{phases}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let count = |p: &str| phases.lines().filter(|l| l.ends_with(p)).count();
+    // Ten started; without leader election two replicas can disagree about a pod (one may see
+    // it gone and fail the call), which is why a deployment elects a leader; what the budget
+    // promises holds either way.
+    let started = ok(
+        &[
+            "get",
+            "toolcalls",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Started\")].status}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    assert_eq!(
+        started.lines().filter(|s| *s == "True").count(),
+        10,
+        "{phases}"
+    );
+    assert_eq!(count("=Succeeded") + count("=Failed"), 10, "{phases}");
+    assert_eq!(count("=Denied"), 90, "{phases}");
+    let refusals = ok(
+        &[
+            "get",
+            "toolcalls",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={range .items[?(@.status.phase==\"Denied\")]}{.status.conditions[?(@.type==\"PolicyChecked\")].reason}|{.status.conditions[?(@.type==\"PolicyChecked\")].message}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    let said = refusals
+        .lines()
+        .filter(|l| {
+            l.starts_with("BudgetExhausted|")
+                && l.contains("grant metered used its 10 calls (budget.maxCalls)")
+        })
+        .count();
+    assert_eq!(said, 90, "{refusals}");
+    let ran = c.emulator.ran.lock().expect("lock").clone();
+    let metered = ran
+        .keys()
+        .filter(|(p, _)| p.starts_with("tg-metered-"))
+        .map(|(p, _)| p.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert_eq!(metered, 10, "calls that had pods: {ran:?}");
+    assert_eq!(
+        jsonpath(&ns, "toolgrant/metered", "{.status.callsUsed}"),
+        "10"
+    );
+    support::eventually(&ns, "toolgrant/metered", "{.status.state}", "Exhausted");
+    let table = ok(&["get", "toolgrants", "metered", "-n", &ns], None);
+    // Columns by where the header puts them (an empty column leaves only blanks).
+    let (header, row) = (
+        table.lines().next().unwrap_or(""),
+        table.lines().nth(1).unwrap_or(""),
+    );
+    let column = |name: &str| {
+        let at = header.find(name).expect("column");
+        row.get(at..)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(
+        (column("USED"), column("LIMIT")),
+        ("10".to_string(), "10".to_string()),
+        "{table}"
+    );
+}

@@ -15,6 +15,7 @@
 //! condition through [`apply`] alone.
 
 mod approval;
+mod budget;
 mod explain;
 mod finish;
 mod propose;
@@ -25,6 +26,7 @@ mod step;
 pub use approval::{
     ApprovalRequest, DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, approval_states, awaiting, issue,
 };
+pub use budget::{BudgetMove, budget_move, charge_or_refuse, give_back};
 pub use explain::sandbox_view;
 pub use finish::{cancellation, cancelled, finished_steps, interrupted, may_cancel, no_result};
 pub use propose::{decision_steps, propose, requested, same_proposal, unplaceable};

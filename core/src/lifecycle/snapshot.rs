@@ -7,10 +7,10 @@ use jiff::Timestamp;
 use toolgate_crds::{CredentialBindingSpec, SandboxPolicySpec, ToolCallSpec, ToolCallStatus};
 
 use crate::args::ArgsLimits;
-use crate::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
+use crate::decision::{ApprovalEntry, CallUnderReview, Decision, decide};
 use crate::manifest::{ObjectSet, Spec};
 use crate::principal::Principal;
-use crate::registry::{RegisteredTool, Registry};
+use crate::registry::{GrantEntry, GrantUsages, RegisteredTool, Registry, with_usage};
 
 /// One call as the lifecycle sees it: where it is, what was proposed, how it stands.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +62,8 @@ pub struct Snapshot<'a> {
     pub approvals: Vec<ApprovalEntry<'a>>,
     /// When the decision is taken (grant windows, approval expiry).
     pub now: Timestamp,
+    /// What each grant (namespace, name) has used of its budget, from its ledger.
+    usage: GrantUsages,
     decision: OnceLock<Decision>,
 }
 
@@ -73,22 +75,53 @@ impl<'a> Snapshot<'a> {
             objects: &policies.objects,
             approvals,
             now,
+            usage: GrantUsages::new(),
             decision: OnceLock::new(),
         }
+    }
+
+    /// The same snapshot with the grants' budget usage (namespace, name → usage).
+    pub fn with_usage(mut self, usage: GrantUsages) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// A grant of the call's namespace, by name.
+    pub fn grant(&self, namespace: &str, name: &str) -> Option<&'a crate::registry::GrantEntry> {
+        self.registry
+            .grants()
+            .find(|g| g.namespace == namespace && g.name == name)
     }
 
     /// The decision on the call (taken once per snapshot).
     pub fn decide(&self, call: &Call<'_>) -> &Decision {
         self.decision.get_or_init(|| {
             let principal = call.principal();
-            decide_in(
-                self.registry,
+            // The principal's grants with what their ledgers say they used. The unit a call
+            // already holds is its own: the re-check before it runs does not count it against
+            // the call (it would refuse the call that took the last unit).
+            let charged = call.status.budget_charged.as_ref().map(|r| r.name.as_str());
+            let mut grants = with_usage(
+                &self.registry.grants_for(call.namespace, &principal),
+                &self.usage,
+            );
+            for g in grants
+                .iter_mut()
+                .filter(|g| charged == Some(g.name.as_str()))
+            {
+                g.usage.calls_total = g.usage.calls_total.saturating_sub(1);
+                g.usage.calls_last_hour = g.usage.calls_last_hour.saturating_sub(1);
+            }
+            let grants: Vec<&GrantEntry> = grants.iter().collect();
+            decide(
                 &CallUnderReview {
                     namespace: call.namespace,
                     name: call.name,
                     spec: call.spec,
                     principal: &principal,
                 },
+                self.registry.tool(call.namespace, &call.spec.tool_ref.name),
+                &grants,
                 &self.approvals,
                 self.now,
                 &ArgsLimits::default(),

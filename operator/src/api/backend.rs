@@ -38,7 +38,13 @@ impl Backend for KubeBackend {
         let ns = namespace_of(caller, &req.namespace)?;
         self.in_scope(&ns)?;
         let cluster = self.cache.namespace(&ns, "");
-        tool_view(&cluster.policies.registry, &ns, &caller.principal, &req)
+        tool_view(
+            &cluster.policies.registry,
+            &cluster.usage,
+            &ns,
+            &caller.principal,
+            &req,
+        )
     }
 
     async fn propose(
@@ -260,6 +266,7 @@ impl Backend for KubeBackend {
         let lifecycle_call = call_of(&call, &name, &ns, &status);
         let view = tool_view(
             &cluster.policies.registry,
+            &cluster.usage,
             &ns,
             &lifecycle_call.principal(),
             &toolgate_api::convert::explanation_view_request(&ns, &call.spec),

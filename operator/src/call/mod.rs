@@ -104,6 +104,9 @@ pub enum Error {
     /// A ToolCall without a namespace (the CRD is namespaced: a bug if seen).
     #[error("ToolCall {0} has no namespace")]
     NoNamespace(String),
+    /// Every attempt to write a grant's budget lost to a concurrent write (retried later).
+    #[error("grant {0}: every write of its budget conflicted with another; trying again later")]
+    BudgetContended(String),
     /// Adding or removing the finalizer, or the step inside it.
     #[error(transparent)]
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
@@ -118,6 +121,7 @@ impl Error {
             Error::Kube { .. } => "KubeApiFailed",
             Error::Json { .. } => "SerializationFailed",
             Error::NoNamespace(_) => "NoNamespace",
+            Error::BudgetContended(_) => "BudgetContended",
             Error::Finalizer(inner) => match &**inner {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.category(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

@@ -1,18 +1,31 @@
 //! Recording steps on a ToolCall: its status by server-side apply, one Event per step, and the
 //! phase and decision metrics.
 
+use std::sync::Arc;
+
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use toolgate_core::lifecycle::{Step, apply, phase_name};
+use toolgate_core::lifecycle::{
+    BudgetMove, Step, apply, budget_move, charge_or_refuse, give_back, phase_name,
+};
 use toolgate_crds::conditions::POLICY_CHECKED;
-use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus};
+use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus, ToolGrant};
 
 use super::{Context, Error, kube_error};
 use crate::descriptor::FIELD_MANAGER;
 
+/// Reads and writes of a grant's ledger before a charge gives up (each conflict is another
+/// replica or call charging at the same moment).
+const BUDGET_ATTEMPTS: usize = 32;
+
+/// Who owns a grant's ledger fields (`kubectl get -o yaml --show-managed-fields` says so).
+const BUDGET_FIELD_MANAGER: &str = "toolgate-budget";
+
 impl Context {
-    /// Record steps on the call's status (server-side apply) and publish one Event per step.
+    /// Record steps on the call's status (server-side apply) and publish one Event per step. A
+    /// transition that authorizes the call charges its grant's budget first, one that ends it
+    /// before it started gives the unit back ([`Context::budget`]).
     pub(super) async fn record(
         &self,
         call: &ToolCall,
@@ -22,6 +35,9 @@ impl Context {
         if steps.is_empty() {
             return Ok(());
         }
+        let mut steps = steps.to_vec();
+        self.budget(call, status, &mut steps).await?;
+        let steps = steps.as_slice();
         let generation = call.metadata.generation.unwrap_or(1);
         for s in steps {
             apply(status, s, jiff::Timestamp::now(), generation);
@@ -62,6 +78,97 @@ impl Context {
         }
         tracing::info!(call = %call.name_any(), namespace = %ns, steps = ?steps.iter().map(|s| s.kind).collect::<Vec<_>>(), phase = ?status.phase, "recorded");
         Ok(())
+    }
+
+    /// Charge or refund the grant's budget the steps call for, on the grant's status under
+    /// optimistic concurrency (a conflicting write is read again and retried), so two replicas,
+    /// a restart or a burst never spend one unit twice or lose one. An exhausted budget turns the
+    /// authorizing step into the refusal.
+    async fn budget(
+        &self,
+        call: &ToolCall,
+        status: &mut ToolCallStatus,
+        steps: &mut Vec<Step>,
+    ) -> Result<(), Error> {
+        let (grant, charging) = match budget_move(status, steps) {
+            BudgetMove::Nothing => return Ok(()),
+            BudgetMove::Charge(g) => (g, true),
+            BudgetMove::Refund(g) => (g, false),
+        };
+        let ns = call
+            .namespace()
+            .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
+        let key = format!("{ns}/{}", call.name_any());
+        let api = Api::<ToolGrant>::namespaced(self.client.clone(), &ns);
+        for attempt in 0..BUDGET_ATTEMPTS {
+            // The cached grant first (usually current: no request but the write); after a
+            // conflict, or without a version to write against, the API server's.
+            let cached = match attempt {
+                0 => self
+                    .cache
+                    .grant(&ns, &grant)
+                    .filter(|g| g.metadata.resource_version.is_some()),
+                _ => None,
+            };
+            let g = match cached {
+                Some(g) => Arc::unwrap_or_clone(g),
+                None => match api
+                    .get_opt(&grant)
+                    .await
+                    .map_err(kube_error("reading the grant's budget"))?
+                {
+                    Some(g) => g,
+                    // The grant is gone: nothing to count; the re-check before running denies it.
+                    None => return Ok(()),
+                },
+            };
+            let before = g.status.clone().unwrap_or_default();
+            let mut ledger = before.clone();
+            let (mut next_steps, mut next_status) = (steps.clone(), status.clone());
+            let now = jiff::Timestamp::now();
+            if charging {
+                charge_or_refuse(
+                    &mut next_steps,
+                    &mut next_status,
+                    &grant,
+                    g.spec.budget.as_ref(),
+                    &mut ledger,
+                    &key,
+                    now,
+                );
+            } else {
+                give_back(&mut next_status, &mut ledger, &key, now);
+            }
+            if ledger != before {
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": g.metadata.resource_version},
+                    "status": {
+                        "callsUsed": ledger.calls_used,
+                        "hourly": ledger.hourly,
+                        "recentCharges": ledger.recent_charges,
+                    },
+                });
+                match api
+                    .patch_status(
+                        &grant,
+                        &PatchParams {
+                            field_manager: Some(BUDGET_FIELD_MANAGER.into()),
+                            ..PatchParams::default()
+                        },
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                    Err(e) => return Err(kube_error("writing the grant's budget")(e)),
+                }
+            }
+            *steps = next_steps;
+            *status = next_status;
+            return Ok(());
+        }
+        Err(Error::BudgetContended(format!("{ns}/{grant}")))
     }
 
     /// Phase transitions and decisions, by bounded labels.

@@ -28,7 +28,9 @@ fn tool() -> serde_json::Value {
 
 fn grant() -> serde_json::Value {
     let yaml = toolgate_testkit::fixtures::grant(NS, "g", &["test.echo"]);
-    serde_norway::from_str(&yaml).expect("grant")
+    let mut g: serde_json::Value = serde_norway::from_str(&yaml).expect("grant");
+    g["metadata"]["resourceVersion"] = "7".into();
+    g
 }
 
 fn policy() -> serde_json::Value {
@@ -74,7 +76,21 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
             seen.lock()
                 .expect("log")
                 .push((method.clone(), path.clone(), body.clone()));
-            let reply = if method == "GET" {
+            let named = |kind: &str| {
+                let rest = path.split(&format!("/{kind}/")).nth(1)?;
+                let name = rest.split('/').next()?;
+                objects
+                    .iter()
+                    .find(|o| o["metadata"]["name"] == name)
+                    .cloned()
+            };
+            let reply = if let Some(mut g) = named("toolgrants") {
+                // A grant's budget: GET answers it, a status patch answers it with the status.
+                if method == "PATCH" {
+                    g["status"] = body["status"].clone();
+                }
+                g
+            } else if method == "GET" {
                 let kind = path.rsplit('/').next().unwrap_or_default().to_string();
                 let items: Vec<_> = objects
                     .iter()
@@ -274,4 +290,37 @@ async fn a_call_that_does_not_deserialize_is_left_alone_without_a_request() {
         log.lock().expect("log").is_empty(),
         "an invalid object costs no request"
     );
+}
+
+#[tokio::test]
+async fn authorizing_charges_the_grant_under_its_resource_version() {
+    let mut g = grant();
+    g["spec"]["budget"] = serde_json::json!({"maxCalls": 1});
+    let (ctx, log, _server) = context(vec![tool(), g, policy()]);
+    reconcile(
+        Arc::new(call("system:serviceaccount:team-a:fixer", None)),
+        ctx,
+    )
+    .await
+    .expect("decided");
+    let charges: Vec<serde_json::Value> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/toolgrants/g/status"))
+        .map(|(_, _, b)| b.clone())
+        .collect();
+    assert_eq!(charges.len(), 1, "{charges:#?}");
+    assert_eq!(
+        charges[0]["metadata"]["resourceVersion"], "7",
+        "the write is conditional on the version read"
+    );
+    assert_eq!(charges[0]["status"]["callsUsed"], 1);
+    assert_eq!(
+        charges[0]["status"]["recentCharges"][0]["call"],
+        "team-a/c1"
+    );
+    let decided = status_patches(&log).last().cloned().expect("status");
+    assert_eq!(decided["phase"], "Authorized", "{decided}");
+    assert_eq!(decided["budgetCharged"]["name"], "g");
 }
