@@ -177,6 +177,10 @@ pub fn tool_view(
                 digest: t.digest.clone(),
                 risk_tier: t.tier.to_string(),
                 needs_approval: t.approval == ApprovalHint::Required,
+                confirmation: t
+                    .confirmation
+                    .map(|c| c.as_str().to_string())
+                    .unwrap_or_default(),
                 reason: t.reason.clone(),
                 grant: t.grant.clone(),
             })

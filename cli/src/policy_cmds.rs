@@ -161,6 +161,7 @@ pub fn check(
             name: &obj.meta.name,
             spec,
             principal: &principal,
+            dry_runs: &[],
         };
         let decision = decide_in(&registry, &call, &approvals, now, &ArgsLimits::default());
         let code = match decision.outcome {

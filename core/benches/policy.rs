@@ -143,6 +143,7 @@ fn main() {
         name: "c",
         spec: &call,
         principal: &principal,
+        dry_runs: &[],
     };
     let now: jiff::Timestamp = "2026-11-30T00:00:00Z".parse().expect("now");
     let limits = ArgsLimits::default();

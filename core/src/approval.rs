@@ -194,3 +194,144 @@ pub fn check_approval(
     }
     Ok(())
 }
+
+/// How long a successful dry run confirms an L5 call of the same args, in seconds: long enough
+/// to read its report and approve, short enough that the world it saw is still the world.
+pub const DRY_RUN_VALID_SECONDS: i64 = 900;
+
+/// A successful dry run, as evidence for an L5 call (invariant 6 extended: it confirms exactly
+/// the args and tool version it ran with, for the principal who ran it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DryRunEntry<'a> {
+    /// The dry-run call's name.
+    pub name: &'a str,
+    /// Who ran it.
+    pub principal: &'a str,
+    /// The tool version it ran against.
+    pub tool_digest: &'a str,
+    /// The digest of its args.
+    pub args_digest: &'a str,
+    /// When it ended.
+    pub finished_at: Timestamp,
+}
+
+impl<'a> DryRunEntry<'a> {
+    /// The evidence a call is, when it is a dry run that succeeded (its StateUpdated condition
+    /// says when); `None` for any other call.
+    pub fn of(
+        name: &'a str,
+        spec: &'a toolgate_crds::ToolCallSpec,
+        status: &'a toolgate_crds::ToolCallStatus,
+    ) -> Option<Self> {
+        use toolgate_crds::conditions::{STATE_UPDATED, reason};
+        if !spec.dry_run || status.phase != Some(toolgate_crds::CallPhase::Succeeded) {
+            return None;
+        }
+        let ended = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == STATE_UPDATED && c.reason == reason::SUCCEEDED)?;
+        Some(DryRunEntry {
+            name,
+            principal: &spec.principal,
+            tool_digest: status.tool_digest.as_deref()?,
+            args_digest: status.args_digest.as_deref()?,
+            finished_at: ended.last_transition_time.0,
+        })
+    }
+}
+
+/// Why a dry run does not confirm a call. Each has a stable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DryRunVoid {
+    /// It ran with other args.
+    #[error("dry run {name} ran with args {ran}, the call's are {now}")]
+    OtherArgs {
+        /// The dry run.
+        name: String,
+        /// Its args digest.
+        ran: String,
+        /// The call's.
+        now: String,
+    },
+    /// It ran against another tool version.
+    #[error("dry run {name} ran against tool version {ran}, the call's is {now}")]
+    OtherTool {
+        /// The dry run.
+        name: String,
+        /// Its tool digest.
+        ran: String,
+        /// The call's.
+        now: String,
+    },
+    /// Someone else ran it.
+    #[error("dry run {name} was run by {ran:?}, not by {principal:?}")]
+    OtherPrincipal {
+        /// The dry run.
+        name: String,
+        /// Who ran it.
+        ran: String,
+        /// The call's principal.
+        principal: String,
+    },
+    /// It is older than [`DRY_RUN_VALID_SECONDS`].
+    #[error("dry run {name} ended at {finished_at}, more than {DRY_RUN_VALID_SECONDS} s ago")]
+    Stale {
+        /// The dry run.
+        name: String,
+        /// When it ended.
+        finished_at: Timestamp,
+    },
+}
+
+impl DryRunVoid {
+    /// Stable machine code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DryRunVoid::OtherArgs { .. } => "dry-run-other-args",
+            DryRunVoid::OtherTool { .. } => "dry-run-other-tool",
+            DryRunVoid::OtherPrincipal { .. } => "dry-run-other-principal",
+            DryRunVoid::Stale { .. } => "dry-run-stale",
+        }
+    }
+}
+
+/// Check a dry run against the call as it is now: same principal, tool version and args, ended
+/// within [`DRY_RUN_VALID_SECONDS`] before `now`.
+pub fn check_dry_run(
+    dry_run: &DryRunEntry<'_>,
+    call: &ApprovalSubject<'_>,
+    now: Timestamp,
+) -> Result<(), DryRunVoid> {
+    let name = || dry_run.name.to_string();
+    if dry_run.principal != call.principal {
+        return Err(DryRunVoid::OtherPrincipal {
+            name: name(),
+            ran: dry_run.principal.into(),
+            principal: call.principal.into(),
+        });
+    }
+    if dry_run.tool_digest != call.tool_digest {
+        return Err(DryRunVoid::OtherTool {
+            name: name(),
+            ran: dry_run.tool_digest.into(),
+            now: call.tool_digest.into(),
+        });
+    }
+    if dry_run.args_digest != call.args_digest {
+        return Err(DryRunVoid::OtherArgs {
+            name: name(),
+            ran: dry_run.args_digest.into(),
+            now: call.args_digest.into(),
+        });
+    }
+    let age = now.duration_since(dry_run.finished_at);
+    // A dry run a skewed clock dates slightly after `now` is not older than the window.
+    if age.as_secs() > DRY_RUN_VALID_SECONDS {
+        return Err(DryRunVoid::Stale {
+            name: name(),
+            finished_at: dry_run.finished_at,
+        });
+    }
+    Ok(())
+}

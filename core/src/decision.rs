@@ -6,12 +6,14 @@
 use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_crds::{
-    ApprovalDecision, ApprovalOverrideMode, ApprovalPolicy, Authorization, DecisionOutcome,
-    DecisionReason, LocalObjectRef, RiskSeverity, RiskTier, ToolApprovalSpec, ToolCallSpec,
-    ToolGrantSpec, TrustLevel,
+    ApprovalDecision, ApprovalOverrideMode, ApprovalPolicy, Authorization, Confirmation,
+    DecisionOutcome, DecisionReason, LocalObjectRef, RiskSeverity, RiskTier, StrongConfirmation,
+    ToolApprovalSpec, ToolCallSpec, ToolGrantSpec, TrustLevel,
 };
 
-use crate::approval::{ApprovalSubject, check_approval};
+use crate::approval::{
+    ApprovalSubject, DRY_RUN_VALID_SECONDS, DryRunEntry, check_approval, check_dry_run,
+};
 use crate::args::{ArgsLimits, ArgsReport, Violation, validate_args_with};
 use crate::digest;
 use crate::principal::Principal;
@@ -47,8 +49,11 @@ pub struct Decision {
     pub args_violations: Vec<ViolationRecord>,
     /// The grant that matched.
     pub grant: Option<String>,
-    /// The approval that authorized or denied the call.
+    /// The approval that authorized or denied the call (of an L5 call waiting for its second
+    /// confirmation: the first approval).
     pub approval: Option<String>,
+    /// What confirmed an L5 call besides its approval: the second approval or the dry run.
+    pub confirmation: Option<Confirmation>,
     /// Required scopes no live grant gives.
     pub missing_scopes: Vec<String>,
     /// Why, in order.
@@ -87,6 +92,7 @@ impl Decision {
             args_violations: Vec::new(),
             grant: None,
             approval: None,
+            confirmation: None,
             missing_scopes: Vec::new(),
             reasons: Vec::new(),
         }
@@ -118,6 +124,7 @@ impl Decision {
             risk_level: self.risk_level?,
             grant_ref: self.grant.clone().map(|name| LocalObjectRef { name }),
             approval_ref: self.approval.clone().map(|name| LocalObjectRef { name }),
+            confirmation: self.confirmation.clone(),
             missing_scopes: self.missing_scopes.clone(),
             reasons: self
                 .reasons
@@ -143,6 +150,9 @@ pub struct CallUnderReview<'a> {
     pub spec: &'a ToolCallSpec,
     /// The authenticated principal (never the spec's claim alone).
     pub principal: &'a Principal,
+    /// The namespace's recent successful dry runs of the tool (what confirms an L5 call whose
+    /// tool asks for a dry run).
+    pub dry_runs: &'a [DryRunEntry<'a>],
 }
 
 /// An approval with whether it was already used.
@@ -346,7 +356,7 @@ pub fn decide(
     };
     let mut sorted: Vec<&ApprovalEntry<'_>> = approvals.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(b.name));
-    let mut granted = None;
+    let mut granted = Vec::new();
     for a in sorted {
         match check_approval(a.spec, a.consumed, &subject, now) {
             Ok(()) if a.spec.decision == ApprovalDecision::Deny => {
@@ -356,29 +366,116 @@ pub fn decide(
                     format!("{} denied the call ({})", a.spec.approver, a.name),
                 );
             }
-            Ok(()) => {
-                if granted.is_none() {
-                    granted = Some(a);
-                }
-            }
+            Ok(()) => granted.push(a),
             Err(void) => d.because(void.code(), format!("approval {} is void: {void}", a.name)),
         }
     }
-    match granted {
-        Some(a) => {
-            d.approval = Some(a.name.to_string());
-            d.because(
-                "approval-granted",
-                format!(
-                    "{} approved ({:?}) until {}",
-                    a.spec.approver, a.spec.decision, a.spec.expires_at
-                ),
-            );
-            d.outcome = DecisionOutcome::Allow;
-        }
-        None => d.outcome = DecisionOutcome::RequireApproval,
-    }
+    let Some(first) = granted.first() else {
+        d.outcome = DecisionOutcome::RequireApproval;
+        return d;
+    };
+    d.approval = Some(first.name.to_string());
+    d.because(
+        "approval-granted",
+        format!(
+            "{} approved ({:?}) until {}",
+            first.spec.approver, first.spec.decision, first.spec.expires_at
+        ),
+    );
+    d.outcome = if tool.tier == RiskTier::L5 && !dry_run {
+        confirm_l5(&mut d, tool, &subject, &granted, call.dry_runs, now)
+    } else {
+        DecisionOutcome::Allow
+    };
     d
+}
+
+/// An approved L5 call needs its second confirmation, the one its tool asks for: a second
+/// approver (not the first, not the principal) or a recent successful dry run of the same args
+/// by the same principal. Without it the call keeps waiting, and the reasons say what is missing
+/// and why each candidate does not count.
+fn confirm_l5(
+    d: &mut Decision,
+    tool: &RegisteredTool,
+    subject: &ApprovalSubject<'_>,
+    granted: &[&ApprovalEntry<'_>],
+    dry_runs: &[DryRunEntry<'_>],
+    now: Timestamp,
+) -> DecisionOutcome {
+    let kind = tool.spec.strong_confirmation();
+    let first = granted[0];
+    let found = match kind {
+        StrongConfirmation::SecondApprover => {
+            for a in &granted[1..] {
+                if a.spec.approver == first.spec.approver {
+                    d.because(
+                        "approval-same-approver",
+                        format!(
+                            "approval {} is by {} again; a second approval must come from another approver",
+                            a.name, a.spec.approver
+                        ),
+                    );
+                }
+            }
+            granted[1..]
+                .iter()
+                .find(|a| a.spec.approver != first.spec.approver)
+                .map(|a| {
+                    (
+                        a.name.to_string(),
+                        format!("{} approved too ({})", a.spec.approver, a.name),
+                    )
+                })
+        }
+        StrongConfirmation::DryRun => {
+            let mut newest_first: Vec<&DryRunEntry<'_>> = dry_runs.iter().collect();
+            newest_first.sort_by(|a, b| b.finished_at.cmp(&a.finished_at).then(a.name.cmp(b.name)));
+            let mut found = None;
+            for r in newest_first {
+                match check_dry_run(r, subject, now) {
+                    Ok(()) => {
+                        found = Some((
+                            r.name.to_string(),
+                            format!(
+                                "dry run {} of the same args succeeded at {}",
+                                r.name, r.finished_at
+                            ),
+                        ));
+                        break;
+                    }
+                    Err(void) => d.because(void.code(), void.to_string()),
+                }
+            }
+            found
+        }
+    };
+    match found {
+        Some((name, message)) => {
+            d.because("l5-confirmed", message);
+            d.confirmation = Some(Confirmation { kind, name });
+            DecisionOutcome::Allow
+        }
+        None => {
+            let (code, message) = match kind {
+                StrongConfirmation::SecondApprover => (
+                    "second-approver-required",
+                    format!(
+                        "{} is L5: besides {}'s approval it needs a second approver other than {} and {}",
+                        tool.name, first.spec.approver, first.spec.approver, subject.principal
+                    ),
+                ),
+                StrongConfirmation::DryRun => (
+                    "dry-run-required",
+                    format!(
+                        "{} is L5: besides the approval it needs a successful dry run of args {} by {} within the last {} s; propose the same call with dryRun: true",
+                        tool.name, subject.args_digest, subject.principal, DRY_RUN_VALID_SECONDS
+                    ),
+                ),
+            };
+            d.because(code, message);
+            DecisionOutcome::RequireApproval
+        }
+    }
 }
 
 /// Why a principal may not use a tool, before any approval question.
@@ -606,7 +703,7 @@ pub fn scope_covers(have: &str, want: &str) -> bool {
 /// can ask for more (`always`) but `never` does not waive the tier default; only a grant can
 /// (invariant 5), up to L4, and never for a descriptor that says `always`. A dry run of a tool
 /// that supports one changes nothing, so it needs no approval unless the policy is `always`.
-pub fn approval_needed(
+fn approval_needed_by_rules(
     tool: &RegisteredTool,
     grant: &ToolGrantSpec,
     dry_run: bool,
@@ -653,4 +750,22 @@ pub fn approval_needed(
             tool.tier.label()
         ),
     )
+}
+
+/// Whether a call of `tool` under `grant` needs a human approval, and why; an L5 call that is
+/// not a dry run is told what it needs besides (its tool's strong confirmation).
+pub fn approval_needed(
+    tool: &RegisteredTool,
+    grant: &ToolGrantSpec,
+    dry_run: bool,
+) -> (bool, String) {
+    let (needs, why) = approval_needed_by_rules(tool, grant, dry_run);
+    if !needs || dry_run || tool.tier != RiskTier::L5 {
+        return (needs, why);
+    }
+    let besides = match tool.spec.strong_confirmation() {
+        StrongConfirmation::DryRun => "a successful dry run of the same args shortly before",
+        StrongConfirmation::SecondApprover => "a second, different approver",
+    };
+    (true, format!("{why}; as L5 it also needs {besides}"))
 }

@@ -13,7 +13,8 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 use toolgate_crds::{
-    ActionType, Lifecycle, RiskSeverity, RiskTier, ToolDescriptorSpec, TrustLevel,
+    ActionType, Lifecycle, RiskSeverity, RiskTier, StrongConfirmation, ToolDescriptorSpec,
+    TrustLevel,
 };
 
 use crate::decision::{approval_needed, authorize_principal};
@@ -73,6 +74,10 @@ pub struct ExposedTool {
     pub risk_level: RiskSeverity,
     /// Whether calls need approval.
     pub approval: ApprovalHint,
+    /// What an L5 call needs besides its approval (a dry run of the same args first, or a
+    /// second approver); `None` below L5.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<toolgate_crds::StrongConfirmation>,
     /// Ranking score (higher first).
     pub score: i64,
     /// Why it is in the view.
@@ -319,8 +324,19 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
             reason.push_str(&format!("; {f} recent failure(s)"));
         }
-        if needs {
-            reason.push_str(&format!("; {} calls need approval", tool.tier));
+        let confirmation =
+            (needs && tool.tier == RiskTier::L5).then(|| tool.spec.strong_confirmation());
+        match confirmation {
+            Some(c) => reason.push_str(&format!(
+                "; {} calls need approval and {}",
+                tool.tier,
+                match c {
+                    StrongConfirmation::DryRun => "a dry run of the same args first",
+                    StrongConfirmation::SecondApprover => "a second approver",
+                }
+            )),
+            None if needs => reason.push_str(&format!("; {} calls need approval", tool.tier)),
+            None => {}
         }
         exposed.push(ExposedTool {
             name: tool.name.clone(),
@@ -334,6 +350,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             } else {
                 ApprovalHint::None
             },
+            confirmation,
             score,
             reason,
             grant: grant.name.clone(),
@@ -428,6 +445,15 @@ fn model_description(t: &ExposedTool) -> String {
             "\nCalls wait for a human approval before they run; state your rationale clearly.",
         );
     }
+    match t.confirmation {
+        Some(StrongConfirmation::DryRun) => s.push_str(
+            "\nFirst propose the same call with dryRun: true; the real call runs only after that dry run succeeded and a human approved.",
+        ),
+        Some(StrongConfirmation::SecondApprover) => {
+            s.push_str("\nTwo different humans must approve each call.")
+        }
+        None => {}
+    }
     s
 }
 
@@ -466,6 +492,7 @@ fn render_tool(t: &ExposedTool, format: ViewFormat) -> Value {
             "riskTier": t.tier,
             "riskLevel": t.risk_level,
             "approval": t.approval,
+            "confirmation": t.confirmation,
             "reason": t.reason,
         }),
     }

@@ -76,6 +76,7 @@ fn decide_as(
         name,
         spec,
         principal,
+        dry_runs: &[],
     };
     decide_in(registry, &call, approvals, now(), &ArgsLimits::default())
 }

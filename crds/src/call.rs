@@ -22,6 +22,10 @@ use crate::common::{
         shortname = "tc",
         category = "toolgate",
         doc = "One proposed tool call: tool version, args, intent and principal. Status records each step of its causal chain.",
+        selectable = ".spec.toolRef.name",
+        selectable = ".spec.principal",
+        selectable = ".spec.dryRun",
+        selectable = ".status.phase",
         printcolumn(name = "Tool", type_ = "string", json_path = ".spec.toolRef.name"),
         printcolumn(name = "Principal", type_ = "string", json_path = ".spec.principal"),
         printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -285,6 +289,9 @@ pub struct Authorization {
     /// The approval that authorized the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_ref: Option<LocalObjectRef>,
+    /// What confirmed an L5 call besides its approval: the second approval, or the dry run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
     /// Scopes the tool requires that no grant gave.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_scopes: Vec<String>,
@@ -294,6 +301,16 @@ pub struct Authorization {
     /// When the decision was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Timestamp>,
+}
+
+/// The second confirmation of an L5 call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Confirmation {
+    /// `dry_run` or `second_approver`.
+    pub kind: crate::StrongConfirmation,
+    /// The dry-run ToolCall or the second ToolApproval.
+    pub name: String,
 }
 
 /// Outcome of a policy decision.

@@ -83,6 +83,9 @@ pub mod reason {
     pub const APPROVED: &str = "Approved";
     /// An approver denied the call.
     pub const DENIED_BY_APPROVER: &str = "DeniedByApprover";
+    /// An L5 call is approved once and waits for its second confirmation (a second approver or
+    /// a dry run, as its tool asks).
+    pub const AWAITING_CONFIRMATION: &str = "AwaitingConfirmation";
 
     // SandboxPrepared
     /// The sandbox policy resolved into a sandbox (a pod or a local sandbox).

@@ -45,6 +45,11 @@ use crate::common::{
         "fieldPath": ".risk.destructive"
     },
     {
+        "rule": "!has(self.permissions.strongConfirmation) || self.permissions.strongConfirmation != 'dry_run' || self.effects.dryRunSupported",
+        "message": "strongConfirmation dry_run needs a tool that supports dry runs (effects.dryRunSupported: true); use second_approver",
+        "fieldPath": ".permissions.strongConfirmation"
+    },
+    {
         "rule": "self.execution.adapter != 'cli' || (has(self.execution.argv) && size(self.execution.argv) > 0)",
         "message": "a cli tool needs an argv template (execution.argv): toolgate never runs a shell",
         "fieldPath": ".execution.argv"
@@ -331,6 +336,53 @@ pub struct ToolPermissions {
     /// The boundary the tool's effects stay inside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_boundary: Option<TenantBoundary>,
+    /// What an L5 call (destructive, admin, deploy, purchase) needs besides its approval:
+    /// `dry_run` (a successful dry run of the same args, by the same principal, shortly before)
+    /// or `second_approver` (a second approval from someone other than the first approver and
+    /// the principal). Unset: `dry_run` when the tool supports dry runs, else `second_approver`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strong_confirmation: Option<StrongConfirmation>,
+}
+
+/// The second confirmation an L5 call needs besides its approval.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StrongConfirmation {
+    /// A successful dry run of the same args by the same principal within
+    /// `DRY_RUN_VALID_SECONDS` before the call is authorized.
+    DryRun,
+    /// Two approvals from two different approvers, neither the principal.
+    SecondApprover,
+}
+
+impl StrongConfirmation {
+    /// The name in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrongConfirmation::DryRun => "dry_run",
+            StrongConfirmation::SecondApprover => "second_approver",
+        }
+    }
+}
+
+impl std::fmt::Display for StrongConfirmation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ToolDescriptorSpec {
+    /// The confirmation an L5 call of this tool needs: the declared one, else a dry run when
+    /// the tool supports one, else a second approver.
+    pub fn strong_confirmation(&self) -> StrongConfirmation {
+        self.permissions
+            .strong_confirmation
+            .unwrap_or(if self.effects.dry_run_supported {
+                StrongConfirmation::DryRun
+            } else {
+                StrongConfirmation::SecondApprover
+            })
+    }
 }
 
 /// When a human must approve a call.

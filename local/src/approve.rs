@@ -2,7 +2,6 @@
 //! bound to what the approver was shown; the runtime keeps it with the call and lets the core
 //! decide again.
 
-use jiff::Timestamp;
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::lifecycle::{ApprovalRequest, awaiting, issue};
 use toolgate_crds::{ApprovalDecision, CallPhase};
@@ -42,19 +41,17 @@ impl Runtime {
         };
         let rec = self
             .transition(id, |rec| {
-                let scopes = loaded
-                    .policies
-                    .registry
-                    .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                    .map(|t| t.spec.permissions.required_scopes.clone())
-                    .unwrap_or_default();
-                let spec = issue(&call_of(rec), &scopes, &request, Timestamp::now())?;
-                rec.approval = Some(ApprovalRecord {
-                    name: format!("{}-approval", rec.id),
+                let dry_runs = self.dry_runs_for(&loaded, rec)?;
+                let earlier =
+                    self.snapshot(&loaded, &rec.namespace, &rec.approvals, &[], &dry_runs)?;
+                let spec = issue(&earlier, &call_of(rec), &request)?;
+                let mut approvals = rec.approvals.clone();
+                approvals.push(ApprovalRecord {
+                    name: approval_name(&rec.id, approvals.len()),
                     spec,
                     consumed: false,
                 });
-                let snap = self.snapshot(&loaded, &rec.namespace, rec.approval.as_ref(), &[])?;
+                let snap = self.snapshot(&loaded, &rec.namespace, &approvals, &[], &dry_runs)?;
                 let mut status = rec.status.clone();
                 let steps = awaiting(&snap, &call_of(rec), &mut status);
                 if steps.is_empty() {
@@ -70,6 +67,7 @@ impl Runtime {
                     });
                 }
                 rec.status = status;
+                rec.approvals = approvals;
                 Ok(steps)
             })
             .await?;
@@ -77,5 +75,14 @@ impl Runtime {
             crate::run::spawn(self, rec.id.clone());
         }
         Ok(rec)
+    }
+}
+
+/// The name of a call's approval: `<call>-approval`, then `-approval-2`, … for an L5 call's
+/// second approver.
+fn approval_name(call: &str, earlier: usize) -> String {
+    match earlier {
+        0 => format!("{call}-approval"),
+        n => format!("{call}-approval-{}", n + 1),
     }
 }

@@ -213,7 +213,7 @@ impl Backend for Runtime {
         )?;
         let loaded = self.loaded();
         let sandbox = toolgate_core::lifecycle::sandbox_view(
-            &self.snapshot(&loaded, &rec.namespace, None, &[])?,
+            &self.snapshot(&loaded, &rec.namespace, &rec.approvals, &[], &[])?,
             &call,
             serde_json::json!({"runtime": "local", "plan": rec.sandbox}),
         );
@@ -224,15 +224,17 @@ impl Backend for Runtime {
                 view: Some(view),
                 events: events.iter().map(event_message).collect(),
                 approval: rec
-                    .approval
-                    .as_ref()
-                    .map(|a| a.name.clone())
-                    .unwrap_or_default(),
+                    .approvals
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 approver: rec
-                    .approval
-                    .as_ref()
-                    .map(|a| a.spec.approver.clone())
-                    .unwrap_or_default(),
+                    .approvals
+                    .iter()
+                    .map(|a| a.spec.approver.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 sandbox,
             },
         ))

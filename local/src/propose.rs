@@ -48,7 +48,7 @@ impl Runtime {
             status: Default::default(),
             created_at: now,
             groups: caller.principal.groups.clone(),
-            approval: None,
+            approvals: Vec::new(),
             sandbox: None,
             events: 0,
             attempts: 0,
@@ -57,7 +57,7 @@ impl Runtime {
         let config = &self.inner.config;
         let mut status = rec.status.clone();
         let steps = {
-            let snap = self.snapshot(&loaded, &rec.namespace, None, &session)?;
+            let snap = self.snapshot(&loaded, &rec.namespace, &[], &session, &[])?;
             let call = Call {
                 namespace: &rec.namespace,
                 name: &rec.id,

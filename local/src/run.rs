@@ -73,6 +73,12 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     })
     .await?;
     let _ = std::fs::remove_dir_all(&run_dir);
+    // A dry run that succeeded may be what an approved L5 call of the same args waits for.
+    if rec.spec.dry_run
+        && let Err(e) = rt.review_waiting(&rt.loaded()).await
+    {
+        tracing::error!(error = %e, "re-checking pending calls after a dry run");
+    }
     Ok(())
 }
 
@@ -89,8 +95,9 @@ fn start(
     }
     let loaded = rt.loaded();
     let session = rt.session_approvals(rec)?;
-    let own = rec.approval.clone();
-    let snap = rt.snapshot(&loaded, &rec.namespace, own.as_ref(), &session)?;
+    let own = rec.approvals.clone();
+    let dry_runs = rt.dry_runs_for(&loaded, rec)?;
+    let snap = rt.snapshot(&loaded, &rec.namespace, &own, &session, &dry_runs)?;
     let mut status = rec.status.clone();
     let run = match plan_run(&snap, &call_of(rec), &mut status) {
         Ok(run) => run,
@@ -115,8 +122,10 @@ fn start(
     if steps.last().and_then(|s| s.phase) == Some(CallPhase::Running) {
         rec.attempts = attempt;
         // An allowOnce approval is used up when the run starts, on both runtimes.
-        if let (Some(name), Some(a)) = (run.consumes, rec.approval.as_mut())
-            && a.name == name
+        for a in rec
+            .approvals
+            .iter_mut()
+            .filter(|a| run.consumes.contains(&a.name.as_str()))
         {
             a.consumed = true;
         }

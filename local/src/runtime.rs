@@ -11,6 +11,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::sync::broadcast;
 use toolgate_api::{ApiError, Caller};
+use toolgate_core::approval::DryRunEntry;
 use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
 use toolgate_core::lifecycle::{
@@ -205,7 +206,8 @@ impl Runtime {
             .map_err(internal)?
             .into_iter()
             .filter(|r| r.id != rec.id)
-            .filter_map(|r| r.approval)
+            .flat_map(|r| r.approvals)
+            .filter(|a| a.spec.decision == toolgate_crds::ApprovalDecision::AllowForSession)
             .collect())
     }
 }
@@ -221,17 +223,19 @@ pub(crate) fn call_of(rec: &CallRecord) -> Call<'_> {
 }
 
 impl Runtime {
-    /// What a record in `namespace` is decided against: the manifests, its own approval and
-    /// its session's, and what the namespace's grants used of their budgets.
+    /// What a record in `namespace` is decided against: the manifests, its own approvals and
+    /// its session's, the dry runs that may confirm it, and what the namespace's grants used of
+    /// their budgets.
     pub(crate) fn snapshot<'a>(
         &self,
         loaded: &'a Loaded,
         namespace: &str,
-        own: Option<&'a ApprovalRecord>,
+        own: &'a [ApprovalRecord],
         session: &'a [ApprovalRecord],
+        dry_runs: &'a [CallRecord],
     ) -> Result<Snapshot<'a>, ApiError> {
         let approvals = own
-            .into_iter()
+            .iter()
             .chain(session)
             .map(|a| ApprovalEntry {
                 name: &a.name,
@@ -239,8 +243,30 @@ impl Runtime {
                 consumed: a.consumed,
             })
             .collect();
+        let dry_runs = dry_runs
+            .iter()
+            .filter_map(|r| DryRunEntry::of(&r.id, &r.spec, &r.status))
+            .collect();
         let now = Timestamp::now();
-        Ok(Snapshot::new(&loaded.policies, approvals, now).with_usage(self.usage(namespace, now)?))
+        Ok(Snapshot::new(&loaded.policies, approvals, now)
+            .with_dry_runs(dry_runs)
+            .with_usage(self.usage(namespace, now)?))
+    }
+
+    /// The succeeded dry runs that may confirm `rec`: none unless it is an L5 call whose tool
+    /// asks for a dry run ([`toolgate_core::lifecycle::Policies::wants_dry_runs`]).
+    pub(crate) fn dry_runs_for(
+        &self,
+        loaded: &Loaded,
+        rec: &CallRecord,
+    ) -> Result<Vec<CallRecord>, ApiError> {
+        if !loaded.policies.wants_dry_runs(&call_of(rec)) {
+            return Ok(Vec::new());
+        }
+        self.inner
+            .store
+            .dry_runs(&rec.namespace, &rec.spec.tool_ref.name)
+            .map_err(internal)
     }
 
     /// What the grants of `namespace` used of their budgets at `now`, from their ledgers.

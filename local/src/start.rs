@@ -102,9 +102,10 @@ impl Runtime {
         }
     }
 
-    /// Calls waiting for approval, looked at again under the new manifests: a changed tool ends
-    /// them, a grant gone denies them ([`awaiting`]).
-    async fn review_waiting(&self, loaded: &Loaded) -> Result<(), ApiError> {
+    /// Calls waiting for approval, looked at again (the manifests changed, a dry run succeeded):
+    /// a changed tool ends them, a grant gone denies them, a confirmation that arrived lets them
+    /// run ([`awaiting`]).
+    pub(crate) async fn review_waiting(&self, loaded: &Loaded) -> Result<(), ApiError> {
         let pending = self
             .inner
             .store
@@ -114,14 +115,20 @@ impl Runtime {
             .map_err(internal)?;
         for rec in pending {
             let session = self.session_approvals(&rec)?;
-            self.transition(&rec.id, |r| {
-                let snap = self.snapshot(loaded, &r.namespace, r.approval.as_ref(), &session)?;
-                let mut status = r.status.clone();
-                let steps = awaiting(&snap, &call_of(r), &mut status);
-                r.status = status;
-                Ok(steps)
-            })
-            .await?;
+            let dry_runs = self.dry_runs_for(loaded, &rec)?;
+            let rec = self
+                .transition(&rec.id, |r| {
+                    let snap =
+                        self.snapshot(loaded, &r.namespace, &r.approvals, &session, &dry_runs)?;
+                    let mut status = r.status.clone();
+                    let steps = awaiting(&snap, &call_of(r), &mut status);
+                    r.status = status;
+                    Ok(steps)
+                })
+                .await?;
+            if rec.status.phase == Some(CallPhase::Authorized) {
+                crate::run::spawn(self, rec.id);
+            }
         }
         Ok(())
     }

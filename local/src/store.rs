@@ -24,6 +24,9 @@ const SESSION_APPROVALS: TableDefinition<&str, &str> = TableDefinition::new("ses
 /// `namespace/grant` → the grant's budget ledger (callsUsed, hourly, recentCharges of a
 /// ToolGrant's status), written in the same transaction as the call that charges or refunds it.
 const GRANT_LEDGERS: TableDefinition<&str, &[u8]> = TableDefinition::new("grant-ledgers");
+/// `namespace \0 tool \0 call` → call, for the dry runs that succeeded: what confirms an L5
+/// call whose tool asks for a dry run first.
+const DRY_RUNS: TableDefinition<&str, &str> = TableDefinition::new("dry-runs");
 
 /// The ledger key of a grant.
 pub fn ledger_key(namespace: &str, grant: &str) -> String {
@@ -32,6 +35,10 @@ pub fn ledger_key(namespace: &str, grant: &str) -> String {
 
 fn session_prefix(namespace: &str, session: &str) -> String {
     format!("{namespace}\0{session}\0")
+}
+
+fn dry_run_prefix(namespace: &str, tool: &str) -> String {
+    format!("{namespace}\0{tool}\0")
 }
 
 /// `<root>/<namespace>/<id>`, for a namespace that is a DNS label and an id that is a DNS
@@ -82,9 +89,10 @@ pub struct CallRecord {
     /// The principal's groups at proposal time (grants may name groups).
     #[serde(default)]
     pub groups: Vec<String>,
-    /// The approval that binds it, if any.
-    #[serde(default)]
-    pub approval: Option<ApprovalRecord>,
+    /// The approvals given for it, in order (an L5 call may need two). A store written before
+    /// there could be two holds `approval`, one or none.
+    #[serde(default, alias = "approval", deserialize_with = "one_or_many")]
+    pub approvals: Vec<ApprovalRecord>,
     /// How its sandbox was resolved (plan and enforcement), once prepared.
     #[serde(default)]
     pub sandbox: Option<serde_json::Value>,
@@ -93,6 +101,21 @@ pub struct CallRecord {
     /// Times execution started.
     #[serde(default)]
     pub attempts: u32,
+}
+
+/// `null`, one approval or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ApprovalRecord>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        Many(Vec<ApprovalRecord>),
+        One(Box<ApprovalRecord>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => Vec::new(),
+        Some(OneOrMany::One(a)) => vec![*a],
+        Some(OneOrMany::Many(v)) => v,
+    })
 }
 
 /// An approval given through the API.
@@ -239,6 +262,7 @@ impl Store {
                 .map_err(|e| db_err(e.to_string()))?;
             tx.open_table(GRANT_LEDGERS)
                 .map_err(|e| db_err(e.to_string()))?;
+            tx.open_table(DRY_RUNS).map_err(|e| db_err(e.to_string()))?;
         }
         tx.commit().map_err(|e| db_err(e.to_string()))?;
         Ok(Store {
@@ -284,8 +308,11 @@ impl Store {
                     .insert((ev.call_id.as_str(), ev.sequence), b.as_slice())
                     .map_err(|e| self.err(e))?;
             }
-            if let (Some(session), Some(a)) = (&record.spec.session_id, &record.approval)
-                && a.spec.decision == toolgate_crds::ApprovalDecision::AllowForSession
+            if let Some(session) = &record.spec.session_id
+                && record
+                    .approvals
+                    .iter()
+                    .any(|a| a.spec.decision == toolgate_crds::ApprovalDecision::AllowForSession)
             {
                 let mut sessions = tx.open_table(SESSION_APPROVALS).map_err(|e| self.err(e))?;
                 let key = format!(
@@ -294,6 +321,19 @@ impl Store {
                     record.id
                 );
                 sessions
+                    .insert(key.as_str(), record.id.as_str())
+                    .map_err(|e| self.err(e))?;
+            }
+            if record.spec.dry_run
+                && record.status.phase == Some(toolgate_crds::CallPhase::Succeeded)
+            {
+                let mut dry_runs = tx.open_table(DRY_RUNS).map_err(|e| self.err(e))?;
+                let key = format!(
+                    "{}{}",
+                    dry_run_prefix(&record.namespace, &record.spec.tool_ref.name),
+                    record.id
+                );
+                dry_runs
                     .insert(key.as_str(), record.id.as_str())
                     .map_err(|e| self.err(e))?;
             }
@@ -444,14 +484,27 @@ impl Store {
         namespace: &str,
         session: &str,
     ) -> Result<Vec<CallRecord>, StoreError> {
-        let prefix = session_prefix(namespace, session);
+        self.indexed(SESSION_APPROVALS, &session_prefix(namespace, session))
+    }
+
+    /// The dry runs of a tool in a namespace that succeeded.
+    pub fn dry_runs(&self, namespace: &str, tool: &str) -> Result<Vec<CallRecord>, StoreError> {
+        self.indexed(DRY_RUNS, &dry_run_prefix(namespace, tool))
+    }
+
+    /// The calls an index lists under a key prefix.
+    fn indexed(
+        &self,
+        index: TableDefinition<&str, &str>,
+        prefix: &str,
+    ) -> Result<Vec<CallRecord>, StoreError> {
         let ids: Vec<String> = {
             let tx = self.db.begin_read().map_err(|e| self.err(e))?;
-            let table = tx.open_table(SESSION_APPROVALS).map_err(|e| self.err(e))?;
+            let table = tx.open_table(index).map_err(|e| self.err(e))?;
             let mut ids = Vec::new();
-            for item in table.range(prefix.as_str()..).map_err(|e| self.err(e))? {
+            for item in table.range(prefix..).map_err(|e| self.err(e))? {
                 let (k, v) = item.map_err(|e| self.err(e))?;
-                if !k.value().starts_with(&prefix) {
+                if !k.value().starts_with(prefix) {
                     break;
                 }
                 ids.push(v.value().to_string());
@@ -485,5 +538,42 @@ impl Store {
             );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(approvals: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "id": "c-1", "namespace": "team-a", "createdAt": "2026-12-01T00:00:00Z", "events": 0,
+            "spec": {"toolRef": {"name": "t"}, "principal": "p", "args": {},
+                     "intent": {"userGoal": "g", "currentTask": "t", "actionType": "read", "rationaleSummary": "r"}},
+            "status": {},
+            "approval": approvals,
+        })
+    }
+
+    #[test]
+    fn a_record_written_with_one_approval_reads_as_a_list() {
+        let approval = serde_json::json!({"name": "c-1-approval", "consumed": true, "spec": {
+            "callRef": {"name": "c-1"}, "argsDigest": "a", "toolDigest": "t", "riskTier": "L4",
+            "principal": "p", "approver": "alice", "decision": "allowOnce",
+            "expiresAt": "2026-12-01T00:15:00Z"}});
+        let one: CallRecord = serde_json::from_value(record(approval.clone())).expect("one");
+        assert_eq!(one.approvals.len(), 1);
+        assert!(one.approvals[0].consumed);
+        let none: CallRecord =
+            serde_json::from_value(record(serde_json::Value::Null)).expect("none");
+        assert!(none.approvals.is_empty());
+        let mut many = record(serde_json::Value::Null);
+        many.as_object_mut().expect("object").remove("approval");
+        many["approvals"] = serde_json::json!([approval.clone(), approval]);
+        let many: CallRecord = serde_json::from_value(many).expect("many");
+        assert_eq!(many.approvals.len(), 2);
+        // Written back, it is the list.
+        let written = serde_json::to_value(&one).expect("json");
+        assert!(written.get("approval").is_none() && written["approvals"].is_array());
     }
 }

@@ -38,6 +38,20 @@ where
         .items)
 }
 
+/// The succeeded dry runs of a tool in a namespace, by field selector (the ToolCall CRD makes
+/// `spec.toolRef.name`, `spec.dryRun` and `status.phase` selectable).
+pub(crate) async fn dry_runs(
+    client: &Client,
+    ns: &str,
+    tool: &str,
+) -> Result<Vec<ToolCall>, kube::Error> {
+    let selector = format!("spec.toolRef.name={tool},spec.dryRun=true,status.phase=Succeeded");
+    Ok(Api::<ToolCall>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&selector))
+        .await?
+        .items)
+}
+
 /// The namespace's policy objects read fresh from the API server (the caches' fallback).
 pub(crate) async fn dereference(
     client: &Client,

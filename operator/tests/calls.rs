@@ -1407,3 +1407,205 @@ fn a_hundred_calls_against_a_budget_of_ten_run_exactly_ten() {
         "{table}"
     );
 }
+
+#[test]
+fn an_l5_call_runs_only_with_its_second_confirmation() {
+    let Some(c) = cluster("tg-l5") else {
+        return;
+    };
+    let ns = &c.ns;
+    let purge = Tool::test("test.purge")
+        .approval("on_risk")
+        .destructive("second_approver")
+        .yaml(ns);
+    let drop = Tool::test("test.drop")
+        .approval("on_risk")
+        .destructive("dry_run")
+        .yaml(ns);
+    let grant = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: l5, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: {ns}}}]\n  tools: {{names: [test.purge, test.drop]}}\n  scopes: [\"workspace:read\"]\n"
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!("{purge}\n---\n{drop}\n---\n{grant}")),
+    );
+    for t in ["test.purge", "test.drop"] {
+        support::eventually(
+            ns,
+            &format!("tooldescriptor/{t}"),
+            "{.status.lifecycle}",
+            "enabled",
+        );
+    }
+    let dry_call = |name: &str, tool: &str, msg: &str| {
+        format!(
+            "{}  dryRun: true\n",
+            call(ns, name, tool, &format!("{{msg: {msg}}}"), ns)
+        )
+    };
+    let approval = |name: &str, call: &str, approver: &str| {
+        let args = jsonpath(ns, &format!("toolcall/{call}"), "{.status.argsDigest}");
+        let tool = jsonpath(ns, &format!("toolcall/{call}"), "{.status.toolDigest}");
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolApproval\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  callRef: {{name: {call}}}\n  argsDigest: \"{args}\"\n  toolDigest: \"{tool}\"\n  riskTier: L5\n  scopes: [\"workspace:read\"]\n  principal: system:serviceaccount:{ns}:fixer\n  approver: {approver}\n  decision: allowOnce\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
+        )
+    };
+    let granted = |call: &str| {
+        jsonpath(
+            ns,
+            &format!("toolcall/{call}"),
+            "{.status.conditions[?(@.type==\"ApprovalGranted\")].reason}",
+        )
+    };
+    let reasons = |call: &str| {
+        jsonpath(
+            ns,
+            &format!("toolcall/{call}"),
+            "{.status.authorization.reasons[*].code}",
+        )
+    };
+    let eventually_reason = |call: &str, code: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !reasons(call).split(' ').any(|c| c == code) {
+            assert!(
+                Instant::now() < deadline,
+                "{call}: no {code} in {}",
+                reasons(call)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+
+    // Second approver: one approval waits, the same approver again does not count, another
+    // approver lets it run and both approvals are used up.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "purge-1", "test.purge", "{msg: purged}", ns)),
+    );
+    wait_for(
+        ns,
+        "toolcall/purge-1",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    let asked = jsonpath(
+        ns,
+        "toolcall/purge-1",
+        "{.status.conditions[?(@.type==\"ApprovalRequested\")].message}",
+    );
+    assert!(asked.contains("a second, different approver"), "{asked}");
+    ok(
+        &["apply", "-f", "-"],
+        Some(&approval("purge-alice", "purge-1", "alice@example.com")),
+    );
+    eventually_reason("purge-1", "second-approver-required");
+    assert_eq!(granted("purge-1"), "AwaitingConfirmation");
+    ok(
+        &["apply", "-f", "-"],
+        Some(&approval("purge-alice-2", "purge-1", "alice@example.com")),
+    );
+    eventually_reason("purge-1", "approval-same-approver");
+    assert_eq!(
+        jsonpath(ns, "toolcall/purge-1", "{.status.phase}"),
+        "AwaitingApproval"
+    );
+    assert_eq!(children(ns, "purge-1").trim(), "");
+    ok(
+        &["apply", "-f", "-"],
+        Some(&approval("purge-bob", "purge-1", "bob@example.com")),
+    );
+    wait_for(ns, "toolcall/purge-1", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/purge-1",
+            "{.status.authorization.confirmation.name}"
+        ),
+        "purge-bob"
+    );
+    wait_for(
+        ns,
+        "toolapproval/purge-alice",
+        "{.status.state}",
+        &["Consumed"],
+    );
+    wait_for(
+        ns,
+        "toolapproval/purge-bob",
+        "{.status.state}",
+        &["Consumed"],
+    );
+
+    // Dry run: approved, the call waits for a dry run; one of other args does not confirm it,
+    // one of the same args does, and the call then runs on its own.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "drop-1", "test.drop", "{msg: dropped}", ns)),
+    );
+    wait_for(
+        ns,
+        "toolcall/drop-1",
+        "{.status.phase}",
+        &["AwaitingApproval"],
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&approval("drop-alice", "drop-1", "alice@example.com")),
+    );
+    eventually_reason("drop-1", "dry-run-required");
+    ok(
+        &["apply", "-f", "-"],
+        Some(&dry_call("drop-dry-other", "test.drop", "other")),
+    );
+    wait_for(
+        ns,
+        "toolcall/drop-dry-other",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    eventually_reason("drop-1", "dry-run-other-args");
+    assert_eq!(
+        jsonpath(ns, "toolcall/drop-1", "{.status.phase}"),
+        "AwaitingApproval"
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&dry_call("drop-dry-same", "test.drop", "dropped")),
+    );
+    wait_for(
+        ns,
+        "toolcall/drop-dry-same",
+        "{.status.phase}",
+        &["Succeeded"],
+    );
+    wait_for(ns, "toolcall/drop-1", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/drop-1",
+            "{.status.authorization.confirmation.name}"
+        ),
+        "drop-dry-same"
+    );
+    // Field selectors the CRD declares work for people too.
+    let dry_runs = ok(
+        &[
+            "get",
+            "toolcalls",
+            "-n",
+            ns,
+            "--field-selector",
+            "spec.toolRef.name=test.drop,spec.dryRun=true",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert_eq!(
+        dry_runs.split_whitespace().collect::<Vec<_>>(),
+        vec![
+            "toolcall.toolgate.dev/drop-dry-other",
+            "toolcall.toolgate.dev/drop-dry-same"
+        ]
+    );
+}

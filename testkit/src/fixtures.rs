@@ -14,6 +14,7 @@ pub struct Tool {
     policy: String,
     binding: Option<String>,
     timeout_ms: u32,
+    destructive: Option<String>,
 }
 
 impl Tool {
@@ -28,7 +29,17 @@ impl Tool {
             policy: "read-only".into(),
             binding: None,
             timeout_ms: 20_000,
+            destructive: None,
         }
+    }
+
+    /// An L5 tool: it also deletes (in the workspace, so under the `workspace-write` policy),
+    /// supports dry runs (it is told through `TOOLGATE_DRY_RUN`) and asks for `confirmation`
+    /// (`dry_run`, `second_approver`) besides the approval of each call.
+    pub fn destructive(mut self, confirmation: &str) -> Tool {
+        self.destructive = Some(confirmation.into());
+        self.policy = "workspace-write".into();
+        self
     }
 
     /// The argv template, as YAML (`[sleep, "{{seconds}}"]`).
@@ -80,6 +91,21 @@ impl Tool {
             .as_ref()
             .map(|b| format!("  credentialBindingRef: {{name: {b}}}\n"))
             .unwrap_or_default();
+        let (actions, effects, risk, confirmation) = match &self.destructive {
+            None => (
+                "[execute]",
+                "reads: [], writes: [], externalCalls: false, sendsUserData: false,\n            mutatesState: false, idempotent: {idempotent}, reversible: true, dryRunSupported: false",
+                "{level: low, destructive: false, openWorld: false}",
+                String::new(),
+            ),
+            Some(c) => (
+                "[execute, delete]",
+                "reads: [], writes: [], deletes: [\"workspace:**\"], externalCalls: false, sendsUserData: false,\n            mutatesState: true, idempotent: {idempotent}, reversible: false, dryRunSupported: true",
+                "{level: high, destructive: true, openWorld: false}",
+                format!(", strongConfirmation: {c}"),
+            ),
+        };
+        let effects = effects.replace("{idempotent}", &self.idempotent.to_string());
         format!(
             r#"apiVersion: toolgate.dev/v1alpha1
 kind: ToolDescriptor
@@ -92,7 +118,7 @@ spec:
     summary: {summary}
     useWhen: ["testing toolgate"]
     doNotUseWhen: ["anything else"]
-  intent: {{actionTypes: [execute], domains: [test]}}
+  intent: {{actionTypes: {actions}, domains: [test]}}
   schemas:
     inputSchema:
       type: object
@@ -100,10 +126,9 @@ spec:
       properties:
         seconds: {{type: string, pattern: "^[0-9]{{1,2}}$"}}
         msg: {{type: string, maxLength: 64}}
-  effects: {{reads: [], writes: [], externalCalls: false, sendsUserData: false,
-            mutatesState: false, idempotent: {idempotent}, reversible: true, dryRunSupported: false}}
-  risk: {{level: low, destructive: false, openWorld: false}}
-  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]}}
+  effects: {{{effects}}}
+  risk: {risk}
+  permissions: {{approvalPolicy: {approval}, requiredScopes: ["workspace:read"]{confirmation}}}
   sandboxPolicyRef: {{name: {policy}}}
 {binding}  contextPolicy: {{exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}}
   execution: {{adapter: cli, argv: {argv}, timeoutMs: {timeout}}}
@@ -111,7 +136,6 @@ spec:
 "#,
             name = self.name,
             summary = self.summary,
-            idempotent = self.idempotent,
             approval = self.approval,
             policy = self.policy,
             argv = self.argv,

@@ -1,7 +1,6 @@
 //! Approvals: a contract bound to what the approver was shown, issued once the call and the
 //! request agree, and the transition of a call that waits for one.
 
-use jiff::Timestamp;
 use toolgate_crds::conditions::{APPROVAL_GRANTED, APPROVAL_REQUESTED, reason};
 use toolgate_crds::{
     ApprovalDecision, CallPhase, DecisionOutcome, LocalObjectRef, ToolApprovalSpec, ToolCallStatus,
@@ -34,14 +33,18 @@ pub struct ApprovalRequest<'a> {
 
 /// The approval contract for a call waiting for one, or why none can be issued: the approver is
 /// not the proposer, the call waits, the digests shown are the call's, a session approval needs a
-/// session. `scopes` are the tool's required scopes (what the approver grants). Whether the
-/// approver may approve in the namespace at all is the runtime's (tokens file or RBAC).
+/// session, and an L5 call already approved by this approver needs someone else. The contract
+/// grants the tool's required scopes as `snapshot` has them. Whether the approver may approve in
+/// the namespace at all is the runtime's (tokens file or RBAC).
 pub fn issue(
+    snapshot: &Snapshot<'_>,
     call: &Call<'_>,
-    scopes: &[String],
     request: &ApprovalRequest<'_>,
-    now: Timestamp,
 ) -> Result<ToolApprovalSpec, Refusal> {
+    let now = snapshot.now;
+    let scopes: &[String] = snapshot
+        .tool(call)
+        .map_or(&[], |t| &t.spec.permissions.required_scopes);
     if request.approver == call.spec.principal {
         return Err(Refusal::PermissionDenied {
             code: "approval-self",
@@ -61,6 +64,9 @@ pub fn issue(
                 phase_name(status.phase)
             ),
         });
+    }
+    if request.decision != ApprovalDecision::Deny {
+        second_approver_is_another(snapshot, call, request.approver)?;
     }
     let args_digest = status.args_digest.clone().unwrap_or_default();
     let tool_digest = status.tool_digest.clone().unwrap_or_default();
@@ -119,6 +125,36 @@ pub fn issue(
     })
 }
 
+/// An L5 call approved once and waiting for a second approver cannot be approved again by the
+/// first: the decision's own reasons say whether it waits for one.
+fn second_approver_is_another(
+    snapshot: &Snapshot<'_>,
+    call: &Call<'_>,
+    approver: &str,
+) -> Result<(), Refusal> {
+    let decision = snapshot.decide(call);
+    let first = decision
+        .approval
+        .as_deref()
+        .and_then(|name| snapshot.approval(name));
+    match first {
+        Some(first)
+            if decision.outcome == DecisionOutcome::RequireApproval
+                && decision.codes().contains(&"second-approver-required")
+                && first.spec.approver == approver =>
+        {
+            Err(Refusal::FailedPrecondition {
+                code: "approval-same-approver",
+                message: format!(
+                    "{approver} already approved call {} ({}); an L5 call needs a second approver other than {approver} and {}",
+                    call.name, first.name, call.spec.principal
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The digests an approver was shown must be the call's own: args and tool version.
 fn shown_is_current(
     (args, tool): (&str, &str),
@@ -175,7 +211,7 @@ pub fn awaiting(
         .as_deref()
         .and_then(|name| snapshot.approval(name));
     match decision.outcome {
-        DecisionOutcome::RequireApproval => Vec::new(),
+        DecisionOutcome::RequireApproval => awaiting_confirmation(snapshot, decision, status),
         DecisionOutcome::Allow => {
             status.authorization = decision.authorization(snapshot.now);
             let (name, approver, ttl) = approval.map_or(("", "", String::new()), |a| {
@@ -185,12 +221,18 @@ pub fn awaiting(
                     format!(", until {}", a.spec.expires_at),
                 )
             });
+            let confirmed = decision
+                .confirmation
+                .as_ref()
+                .and_then(|_| decision.reasons.iter().find(|r| r.code == "l5-confirmed"))
+                .map(|r| format!("; {}", r.message))
+                .unwrap_or_default();
             vec![
                 Step::ok(
                     APPROVAL_GRANTED,
                     reason::APPROVED,
                     format!(
-                        "{approver} approved ({name}) bound to args {} and tool {}{ttl}",
+                        "{approver} approved ({name}) bound to args {} and tool {}{ttl}{confirmed}",
                         status.args_digest.as_deref().unwrap_or_default(),
                         status.tool_digest.as_deref().unwrap_or_default()
                     ),
@@ -220,6 +262,46 @@ pub fn awaiting(
             vec![first.then(CallPhase::Denied), ended_without_running()]
         }
     }
+}
+
+/// An L5 call approved once keeps waiting for its second confirmation: ApprovalGranted says
+/// so, with what is missing and why each candidate does not count (the decision's reasons after
+/// the approval), once: no step when the condition already says it.
+fn awaiting_confirmation(
+    snapshot: &Snapshot<'_>,
+    decision: &crate::decision::Decision,
+    status: &mut ToolCallStatus,
+) -> Vec<Step> {
+    let missing = ["second-approver-required", "dry-run-required"];
+    let waits =
+        decision.approval.is_some() && decision.reasons.iter().any(|r| missing.contains(&r.code));
+    if !waits {
+        return Vec::new();
+    }
+    let after_approval = decision
+        .reasons
+        .iter()
+        .rposition(|r| r.code == "approval-granted")
+        .map_or(0, |i| i + 1);
+    let message = decision.reasons[after_approval..]
+        .iter()
+        .map(|r| format!("{} ({})", r.message, r.code))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let said = status.conditions.iter().any(|c| {
+        c.type_ == APPROVAL_GRANTED
+            && c.reason == reason::AWAITING_CONFIRMATION
+            && c.message == message
+    });
+    if said {
+        return Vec::new();
+    }
+    status.authorization = decision.authorization(snapshot.now);
+    vec![Step::failed(
+        APPROVAL_GRANTED,
+        reason::AWAITING_CONFIRMATION,
+        message,
+    )]
 }
 
 /// The state each of a call's own approvals is in, as the call stands now: bound, expired, or

@@ -139,12 +139,20 @@ pub fn decision_steps(
         return steps;
     }
     let tier = d.risk_tier.map(|t| t.to_string()).unwrap_or_default();
+    // An L5 call says up front what confirms it besides the approval (the decision's words).
+    let confirmation = d
+        .reasons
+        .iter()
+        .find(|r| r.code == "approval-required")
+        .filter(|_| d.risk_tier == Some(toolgate_crds::RiskTier::L5) && !spec.dry_run)
+        .map(|r| format!(" ({})", r.message))
+        .unwrap_or_default();
     steps.push(
         Step::ok(
             APPROVAL_REQUESTED,
             reason::AWAITING_APPROVAL,
             format!(
-                "risk {tier}, scopes [{}]: an approver other than {} must approve args {} for tool version {}",
+                "risk {tier}, scopes [{}]: an approver other than {} must approve args {} for tool version {}{confirmation}",
                 required_scopes.join(", "),
                 spec.principal,
                 d.args_digest.as_deref().unwrap_or_default(),

@@ -133,13 +133,14 @@ pub fn recheck_steps(d: &crate::decision::Decision) -> Option<Vec<Step>> {
 }
 
 /// An authorized call, decided again and with what it runs with, ready to be placed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Run<'a> {
     /// What it runs with.
     pub target: RunTarget<'a>,
-    /// The allowOnce approval it uses up when it starts, by name (an allowForSession approval
-    /// covers later calls of its session and is never used up).
-    pub consumes: Option<&'a str>,
+    /// The allowOnce approvals it uses up when it starts, by name: its approval and, for an L5
+    /// call, its second approver's (an allowForSession approval covers later calls of its
+    /// session and is never used up).
+    pub consumes: Vec<&'a str>,
 }
 
 /// Plan the run of an authorized call: decide again (the approval must still bind, the tool must
@@ -156,12 +157,20 @@ pub fn plan_run<'a>(
         return Err(steps);
     }
     let target = run_target_of(snapshot, call)?;
+    let second = decision
+        .confirmation
+        .as_ref()
+        .filter(|c| c.kind == toolgate_crds::StrongConfirmation::SecondApprover)
+        .map(|c| c.name.as_str());
     let consumes = decision
         .approval
         .as_deref()
-        .and_then(|name| snapshot.approval(name))
+        .into_iter()
+        .chain(second)
+        .filter_map(|name| snapshot.approval(name))
         .filter(|a| a.spec.decision == ApprovalDecision::AllowOnce)
-        .map(|a| a.name);
+        .map(|a| a.name)
+        .collect();
     Ok(Run { target, consumes })
 }
 

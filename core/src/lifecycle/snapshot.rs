@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use jiff::Timestamp;
 use toolgate_crds::{CredentialBindingSpec, SandboxPolicySpec, ToolCallSpec, ToolCallStatus};
 
+use crate::approval::DryRunEntry;
 use crate::args::ArgsLimits;
 use crate::decision::{ApprovalEntry, CallUnderReview, Decision, decide};
 use crate::manifest::{ObjectSet, Spec};
@@ -48,6 +49,19 @@ impl Policies {
         let registry = Registry::from_objects(&objects);
         Policies { objects, registry }
     }
+
+    /// Whether the decision on `call` may look at dry runs: it is an L5 call, not itself a dry
+    /// run, of a tool that asks for a dry run as its second confirmation. A runtime fetches
+    /// them ([`Snapshot::with_dry_runs`]) only then.
+    pub fn wants_dry_runs(&self, call: &Call<'_>) -> bool {
+        self.registry
+            .tool(call.namespace, &call.spec.tool_ref.name)
+            .is_some_and(|t| {
+                t.tier == toolgate_crds::RiskTier::L5
+                    && !call.spec.dry_run
+                    && t.spec.strong_confirmation() == toolgate_crds::StrongConfirmation::DryRun
+            })
+    }
 }
 
 /// The policy objects of the call's namespace and the approvals that may bind it, at one
@@ -60,6 +74,9 @@ pub struct Snapshot<'a> {
     pub objects: &'a ObjectSet,
     /// The call's own approvals and its session's allowForSession ones.
     pub approvals: Vec<ApprovalEntry<'a>>,
+    /// The namespace's successful dry runs of the call's tool (for an L5 call whose tool asks
+    /// for one; see [`Snapshot::wants_dry_runs`]).
+    pub dry_runs: Vec<DryRunEntry<'a>>,
     /// When the decision is taken (grant windows, approval expiry).
     pub now: Timestamp,
     /// What each grant (namespace, name) has used of its budget, from its ledger.
@@ -74,6 +91,7 @@ impl<'a> Snapshot<'a> {
             registry: &policies.registry,
             objects: &policies.objects,
             approvals,
+            dry_runs: Vec::new(),
             now,
             usage: GrantUsages::new(),
             decision: OnceLock::new(),
@@ -83,6 +101,13 @@ impl<'a> Snapshot<'a> {
     /// The same snapshot with the grants' budget usage (namespace, name → usage).
     pub fn with_usage(mut self, usage: GrantUsages) -> Self {
         self.usage = usage;
+        self
+    }
+
+    /// The same snapshot with the namespace's successful dry runs of the call's tool (see
+    /// [`Policies::wants_dry_runs`]).
+    pub fn with_dry_runs(mut self, dry_runs: Vec<DryRunEntry<'a>>) -> Self {
+        self.dry_runs = dry_runs;
         self
     }
 
@@ -119,6 +144,7 @@ impl<'a> Snapshot<'a> {
                     name: call.name,
                     spec: call.spec,
                     principal: &principal,
+                    dry_runs: &self.dry_runs,
                 },
                 self.registry.tool(call.namespace, &call.spec.tool_ref.name),
                 &grants,

@@ -209,17 +209,10 @@ impl KubeBackend {
         let name = call.name_any();
         let status = call.status.clone().unwrap_or_default();
         let cluster = self.cache.namespace(&ns, &name);
-        let scopes = cluster
-            .policies
-            .registry
-            .tool(&ns, &call.spec.tool_ref.name)
-            .map(|t| t.spec.permissions.required_scopes.clone())
-            .unwrap_or_default();
         let spec = issue(
+            &cluster.snapshot(),
             &call_of(&call, &name, &ns, &status),
-            &scopes,
             &request,
-            jiff::Timestamp::now(),
         )?;
         let approval_name = format!(
             "{}-{}",

@@ -78,10 +78,10 @@ pub(super) async fn start(
     }
     ctx.record(call, &mut status, &steps).await?;
     // An allowOnce approval is used up when the run starts, on both runtimes.
-    if let Some(approval) = run.consumes
-        && status.phase == Some(CallPhase::Running)
-    {
-        super::cleanup::consume_approval(ctx, ns, approval).await;
+    if status.phase == Some(CallPhase::Running) {
+        for approval in &run.consumes {
+            super::cleanup::consume_approval(ctx, ns, approval).await;
+        }
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }

@@ -191,6 +191,23 @@ async fn reconcile_guarded(
     }
 }
 
+/// How often a call waiting for a dry run looks for one.
+const DRY_RUN_POLL: Duration = Duration::from_secs(5);
+
+/// The dry-run evidence the core reads from succeeded dry-run calls.
+fn dry_runs_of(calls: &[ToolCall]) -> Vec<toolgate_core::approval::DryRunEntry<'_>> {
+    calls
+        .iter()
+        .filter_map(|c| {
+            toolgate_core::approval::DryRunEntry::of(
+                c.metadata.name.as_deref()?,
+                &c.spec,
+                c.status.as_ref()?,
+            )
+        })
+        .collect()
+}
+
 /// Move a call one step along its chain.
 async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Error> {
     let name = call.name_any();
@@ -211,12 +228,21 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
     // snapshot kept is the one the transition decides with, so a call is decided once.
     let cached = ctx.cache.namespace(ns, &name);
     let fresh;
-    let mut snap = cached.snapshot();
-    if dereference::would_end(&snap, &call_of(call, &name, ns, &status)) {
+    let this = call_of(call, &name, ns, &status);
+    // The dry runs that may confirm an L5 call, read when its tool asks for one.
+    let dry_runs = if cached.policies.wants_dry_runs(&this) {
+        crate::policies::dry_runs(&ctx.client, ns, &call.spec.tool_ref.name)
+            .await
+            .map_err(kube_error("listing the tool's dry runs"))?
+    } else {
+        Vec::new()
+    };
+    let mut snap = cached.snapshot().with_dry_runs(dry_runs_of(&dry_runs));
+    if dereference::would_end(&snap, &this) {
         fresh = crate::policies::dereference(&ctx.client, ns, &name)
             .await
             .map_err(kube_error("listing the namespace's policy objects"))?;
-        snap = fresh.snapshot();
+        snap = fresh.snapshot().with_dry_runs(dry_runs_of(&dry_runs));
     }
     match status.phase {
         None | Some(CallPhase::Pending) => {
@@ -237,12 +263,18 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Some(CallPhase::AwaitingApproval) => {
+            let dry_runs_wanted = cached.policies.wants_dry_runs(&this);
             cleanup::mark_approvals(ctx, ns, call, &status, &snap).await;
             let current = status.clone();
             let steps = awaiting(&snap, &call_of(call, &name, ns, &current), &mut status);
             if steps.is_empty() {
                 // Still waiting; approvals that do not bind say why in the decision's reasons.
-                return Ok(Action::await_change());
+                // One waiting for a dry run looks again: the dry run is another object.
+                return Ok(if dry_runs_wanted {
+                    Action::requeue(DRY_RUN_POLL)
+                } else {
+                    Action::await_change()
+                });
             }
             ctx.record(call, &mut status, &steps).await?;
             Ok(Action::requeue(Duration::from_millis(100)))
