@@ -51,6 +51,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("grants.yaml", include_str!("../../examples/grants.yaml")),
     (
+        "tool-policies.yaml",
+        include_str!("../../examples/tool-policies.yaml"),
+    ),
+    (
         "sandbox-policies.yaml",
         include_str!("../../examples/sandbox-policies.yaml"),
     ),

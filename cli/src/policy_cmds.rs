@@ -162,6 +162,7 @@ pub fn check(
             spec,
             principal: &principal,
             dry_runs: &[],
+            tool_policies: None,
         };
         let decision = decide_in(&registry, &call, &approvals, now, &ArgsLimits::default());
         let code = match decision.outcome {

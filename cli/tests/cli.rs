@@ -37,7 +37,7 @@ fn crds_prints_the_committed_crds() {
         assert_eq!(v["spec"]["group"], "toolgate.dev");
         docs += 1;
     }
-    assert_eq!(docs, 6);
+    assert_eq!(docs, 7);
     for f in committed {
         let body = std::fs::read_to_string(&f).expect("read");
         assert!(
@@ -55,7 +55,7 @@ fn the_examples_lint_clean() {
     assert!(out.status.success(), "{text}");
     assert!(
         text.trim_end()
-            .ends_with("23 documents, 23 objects: 0 errors, 0 warnings"),
+            .ends_with("25 documents, 25 objects: 0 errors, 0 warnings"),
         "{text}"
     );
 }

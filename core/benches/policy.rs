@@ -144,6 +144,7 @@ fn main() {
         spec: &call,
         principal: &principal,
         dry_runs: &[],
+        tool_policies: None,
     };
     let now: jiff::Timestamp = "2026-11-30T00:00:00Z".parse().expect("now");
     let limits = ArgsLimits::default();

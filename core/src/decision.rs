@@ -15,6 +15,7 @@ use crate::approval::{
     ApprovalSubject, DRY_RUN_VALID_SECONDS, DryRunEntry, check_approval, check_dry_run,
 };
 use crate::args::{ArgsLimits, ArgsReport, Violation, validate_args_with};
+use crate::cedar::{CedarCall, ToolPolicies};
 use crate::digest;
 use crate::principal::Principal;
 use crate::registry::{GrantEntry, RegisteredTool, Registry};
@@ -54,6 +55,8 @@ pub struct Decision {
     pub approval: Option<String>,
     /// What confirmed an L5 call besides its approval: the second approval or the dry run.
     pub confirmation: Option<Confirmation>,
+    /// Shadow ToolPolicies that would have forbidden the call.
+    pub shadow_forbids: Vec<toolgate_crds::PolicyForbid>,
     /// Required scopes no live grant gives.
     pub missing_scopes: Vec<String>,
     /// Why, in order.
@@ -93,6 +96,7 @@ impl Decision {
             grant: None,
             approval: None,
             confirmation: None,
+            shadow_forbids: Vec::new(),
             missing_scopes: Vec::new(),
             reasons: Vec::new(),
         }
@@ -125,6 +129,7 @@ impl Decision {
             grant_ref: self.grant.clone().map(|name| LocalObjectRef { name }),
             approval_ref: self.approval.clone().map(|name| LocalObjectRef { name }),
             confirmation: self.confirmation.clone(),
+            shadow_forbids: self.shadow_forbids.clone(),
             missing_scopes: self.missing_scopes.clone(),
             reasons: self
                 .reasons
@@ -153,6 +158,8 @@ pub struct CallUnderReview<'a> {
     /// The namespace's recent successful dry runs of the tool (what confirms an L5 call whose
     /// tool asks for a dry run).
     pub dry_runs: &'a [DryRunEntry<'a>],
+    /// The namespace's ToolPolicies (Cedar), evaluated once the built-in rules allow the call.
+    pub tool_policies: Option<&'a ToolPolicies>,
 }
 
 /// An approval with whether it was already used.
@@ -176,7 +183,11 @@ pub fn decide_in(
 ) -> Decision {
     let tool = registry.tool(call.namespace, &call.spec.tool_ref.name);
     let grants = registry.grants_for(call.namespace, call.principal);
-    decide(call, tool, &grants, approvals, now, limits)
+    let call = CallUnderReview {
+        tool_policies: registry.tool_policies(call.namespace),
+        ..*call
+    };
+    decide(&call, tool, &grants, approvals, now, limits)
 }
 
 /// Decide on a call. `grants` are the grants of the call's namespace whose subjects include the
@@ -328,6 +339,43 @@ pub fn decide(
             required.join(", ")
         ),
     );
+
+    // ToolPolicies narrow what the grant allows: a forbid denies, a shadow one is recorded.
+    if let Some(policies) = call.tool_policies {
+        let verdict = policies.evaluate(&CedarCall {
+            tool,
+            principal: call.principal,
+            namespace: call.namespace,
+            args: &spec.args,
+            target: spec.intent.target.as_ref(),
+            action_type: spec.intent.action_type,
+            dry_run: spec.dry_run,
+            now,
+        });
+        for s in verdict.shadow.into_iter().take(32) {
+            d.because(
+                "policy-shadow-forbid",
+                format!(
+                    "shadow ToolPolicy {} would forbid this call ({}): {}",
+                    s.tool_policy, s.policy, s.reason
+                ),
+            );
+            d.shadow_forbids.push(toolgate_crds::PolicyForbid {
+                tool_policy: s.tool_policy,
+                policy: s.policy,
+                reason: s.reason,
+            });
+        }
+        if let Some(f) = verdict.forbidden.first() {
+            return d.deny(
+                "policy-forbidden",
+                format!(
+                    "ToolPolicy {} forbids this call ({}): {}",
+                    f.tool_policy, f.policy, f.reason
+                ),
+            );
+        }
+    }
 
     // Does a human have to approve?
     let dry_run = spec.dry_run && tool.spec.effects.dry_run_supported;

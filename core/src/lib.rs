@@ -6,6 +6,7 @@
 pub mod approval;
 pub mod args;
 pub mod budget;
+pub mod cedar;
 pub mod decision;
 pub mod digest;
 pub mod exec;

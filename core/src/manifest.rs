@@ -70,6 +70,8 @@ pub enum Spec {
     ToolDescriptor(Box<ToolDescriptorSpec>),
     /// A ToolGrant.
     ToolGrant(Box<ToolGrantSpec>),
+    /// A ToolPolicy.
+    ToolPolicy(Box<toolgate_crds::ToolPolicySpec>),
     /// A SandboxPolicy.
     SandboxPolicy(Box<SandboxPolicySpec>),
     /// A CredentialBinding.
@@ -86,6 +88,7 @@ impl Spec {
         match self {
             Spec::ToolDescriptor(_) => "ToolDescriptor",
             Spec::ToolGrant(_) => "ToolGrant",
+            Spec::ToolPolicy(_) => "ToolPolicy",
             Spec::SandboxPolicy(_) => "SandboxPolicy",
             Spec::CredentialBinding(_) => "CredentialBinding",
             Spec::ToolCall(_) => "ToolCall",
@@ -108,6 +111,7 @@ impl Spec {
         Ok(match kind {
             "ToolDescriptor" => Spec::ToolDescriptor(typed(spec)?),
             "ToolGrant" => Spec::ToolGrant(typed(spec)?),
+            "ToolPolicy" => Spec::ToolPolicy(typed(spec)?),
             "SandboxPolicy" => Spec::SandboxPolicy(typed(spec)?),
             "CredentialBinding" => Spec::CredentialBinding(typed(spec)?),
             "ToolCall" => Spec::ToolCall(typed(spec)?),

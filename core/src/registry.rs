@@ -6,9 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use toolgate_crds::{
-    ActionType, Lifecycle, LintFinding, RiskTier, ToolDescriptorSpec, ToolGrantSpec, TrustLevel,
+    ActionType, Lifecycle, LintFinding, RiskTier, ToolDescriptorSpec, ToolGrantSpec,
+    ToolPolicySpec, TrustLevel,
 };
 
+use crate::cedar::{Problem, ToolPolicies};
 use crate::lint::{Severity, descriptor_findings};
 use crate::manifest::{Object, ObjectSet, Spec};
 use crate::principal::{Principal, subject_key};
@@ -253,6 +255,10 @@ pub struct Registry {
     negative_index: HashMap<String, HashMap<String, Vec<usize>>>,
     /// Position of each tool when all are sorted by (namespace, name): a cheap, stable tie-break.
     name_rank: Vec<u32>,
+    /// namespace → its ToolPolicies, compiled against its tools.
+    tool_policies: HashMap<String, ToolPolicies>,
+    /// What did not compile in them (lint reports these).
+    policy_problems: Vec<(String, Problem)>,
 }
 
 impl Registry {
@@ -272,7 +278,37 @@ impl Registry {
             }
         }
         r.rank_names();
+        r.compile_tool_policies(set);
         r
+    }
+
+    /// Compile each namespace's ToolPolicies against its tools (once every tool is in).
+    fn compile_tool_policies(&mut self, set: &ObjectSet) {
+        let mut by_namespace: BTreeMap<&str, Vec<(&str, &ToolPolicySpec)>> = BTreeMap::new();
+        for obj in set.iter() {
+            if let Spec::ToolPolicy(p) = &obj.spec {
+                by_namespace
+                    .entry(obj.meta.namespace())
+                    .or_default()
+                    .push((obj.meta.name.as_str(), &**p));
+            }
+        }
+        for (ns, policies) in by_namespace {
+            let (compiled, problems) = ToolPolicies::compile(self.tools_in(ns), &policies);
+            self.policy_problems
+                .extend(problems.into_iter().map(|p| (ns.to_string(), p)));
+            self.tool_policies.insert(ns.to_string(), compiled);
+        }
+    }
+
+    /// A namespace's compiled ToolPolicies, if it has any.
+    pub fn tool_policies(&self, namespace: &str) -> Option<&ToolPolicies> {
+        self.tool_policies.get(namespace).filter(|p| !p.is_empty())
+    }
+
+    /// What did not compile in the ToolPolicies, by namespace.
+    pub fn policy_problems(&self) -> &[(String, Problem)] {
+        &self.policy_problems
     }
 
     fn rank_names(&mut self) {

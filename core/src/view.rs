@@ -267,6 +267,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     }
     order[..sorted].sort_unstable();
     let mut exposed: Vec<ExposedTool> = Vec::new();
+    let tool_policies = registry.tool_policies(req.namespace);
     let mut visited = 0;
     for j in 0..order.len() {
         if exposed.len() >= max && !visit_all {
@@ -296,6 +297,20 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
                     continue;
                 }
             };
+        // A ToolPolicy that forbids every call of the tool by this principal hides it.
+        if let Some(f) = tool_policies
+            .and_then(|p| p.forbids_every_call(tool, req.principal, req.namespace, req.now))
+        {
+            hidden.push(HiddenTool {
+                name: tool.name.clone(),
+                code: "policy-forbidden",
+                reason: format!(
+                    "ToolPolicy {} forbids every call ({}): {}",
+                    f.tool_policy, f.policy, f.reason
+                ),
+            });
+            continue;
+        }
         if negative_match {
             hidden.push(HiddenTool {
                 name: tool.name.clone(),

@@ -77,6 +77,7 @@ fn decide_as(
         spec,
         principal,
         dry_runs: &[],
+        tool_policies: None,
     };
     decide_in(registry, &call, approvals, now(), &ArgsLimits::default())
 }

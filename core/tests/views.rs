@@ -262,12 +262,13 @@ fn provider_payloads_carry_only_what_the_provider_expects() {
     let name_re = regex::Regex::new("^[a-zA-Z0-9_-]{1,64}$").expect("re");
 
     for tool in v.render(ViewFormat::OpenAi).as_array().expect("array") {
-        let keys: Vec<&str> = tool
+        let mut keys: Vec<&str> = tool
             .as_object()
             .expect("obj")
             .keys()
             .map(String::as_str)
             .collect();
+        keys.sort();
         assert_eq!(keys, vec!["function", "type"]);
         let f = tool["function"].as_object().expect("function");
         let mut fk: Vec<&str> = f.keys().map(String::as_str).collect();

@@ -292,6 +292,10 @@ pub struct Authorization {
     /// What confirmed an L5 call besides its approval: the second approval, or the dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Confirmation>,
+    /// Shadow ToolPolicies that would have forbidden the call (nothing else came of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub shadow_forbids: Vec<PolicyForbid>,
     /// Scopes the tool requires that no grant gave.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_scopes: Vec<String>,
@@ -301,6 +305,18 @@ pub struct Authorization {
     /// When the decision was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Timestamp>,
+}
+
+/// A Cedar policy of a ToolPolicy that matched a call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyForbid {
+    /// The ToolPolicy.
+    pub tool_policy: String,
+    /// The policy's id in it (`<ToolPolicy>/<@id or position>`).
+    pub policy: String,
+    /// What the policy says (`@reason`).
+    pub reason: String,
 }
 
 /// The second confirmation of an L5 call.

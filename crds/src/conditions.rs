@@ -161,6 +161,14 @@ pub mod reason {
     /// The binding's broker answers for it.
     pub const BROKERABLE: &str = "Brokerable";
 
+    // Ready (ToolPolicy)
+    /// Every policy parses, forbids and type-checks against the namespace's tools.
+    pub const COMPILED: &str = "Compiled";
+    /// A policy does not compile; the calls it names are refused until it is fixed (enforce).
+    pub const POLICY_INVALID: &str = "PolicyInvalid";
+    /// A shadow ToolPolicy would have forbidden a call (an Event on the call).
+    pub const SHADOW_FORBID: &str = "ShadowForbid";
+
     // Active (ToolGrant)
     /// The grant is in force.
     pub const ACTIVE: &str = "Active";

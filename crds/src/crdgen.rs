@@ -4,15 +4,18 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{CredentialBinding, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor, ToolGrant};
+use crate::{
+    CredentialBinding, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor, ToolGrant, ToolPolicy,
+};
 
-/// The six CRDs, in [`crate::KINDS`] order.
+/// The seven CRDs, in [`crate::KINDS`] order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         SandboxPolicy::crd(),
         CredentialBinding::crd(),
         ToolDescriptor::crd(),
         ToolGrant::crd(),
+        ToolPolicy::crd(),
         ToolCall::crd(),
         ToolApproval::crd(),
     ]

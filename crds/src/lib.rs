@@ -16,6 +16,7 @@ pub mod conditions;
 pub mod credential;
 pub mod descriptor;
 pub mod grant;
+pub mod policy;
 pub mod sandbox;
 
 pub use approval::*;
@@ -24,6 +25,7 @@ pub use common::*;
 pub use credential::*;
 pub use descriptor::*;
 pub use grant::*;
+pub use policy::*;
 pub use sandbox::*;
 
 /// The API group.
@@ -33,12 +35,13 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every toolgate object.
 pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
 
-/// The six kinds, in dependency order (what is referenced comes first).
-pub const KINDS: [&str; 6] = [
+/// The seven kinds, in dependency order (what is referenced comes first).
+pub const KINDS: [&str; 7] = [
     "SandboxPolicy",
     "CredentialBinding",
     "ToolDescriptor",
     "ToolGrant",
+    "ToolPolicy",
     "ToolCall",
     "ToolApproval",
 ];

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use toolgate_core::exec::ExecSpec;
 use toolgate_core::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
@@ -173,7 +173,9 @@ pub(crate) async fn run_http(
         req = req.header(header.as_str(), value);
     }
     if !http.body_args.is_empty() {
-        let body: Map<String, Value> = http
+        // Keys in sorted order whatever serde_json's map is built with: the same args always
+        // make the same request.
+        let body: std::collections::BTreeMap<String, Value> = http
             .body_args
             .iter()
             .filter_map(|k| {
@@ -183,7 +185,7 @@ pub(crate) async fn run_http(
                     .map(|v| (k.clone(), v.clone()))
             })
             .collect();
-        let bytes = serde_json::to_vec(&Value::Object(body))
+        let bytes = serde_json::to_vec(&body)
             .map_err(|e| ExecError::Unrunnable(format!("request body: {e}")))?;
         req = req
             .header(reqwest::header::CONTENT_TYPE, "application/json")

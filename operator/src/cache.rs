@@ -14,7 +14,9 @@ use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use toolgate_crds::{CredentialBinding, SandboxPolicy, ToolApproval, ToolDescriptor, ToolGrant};
+use toolgate_crds::{
+    CredentialBinding, SandboxPolicy, ToolApproval, ToolDescriptor, ToolGrant, ToolPolicy,
+};
 
 use crate::policies::Namespace;
 use crate::scope::Scope;
@@ -33,6 +35,7 @@ pub struct NoSubscription;
 pub struct PolicyCache {
     descriptors: Store<ToolDescriptor>,
     grants: Store<ToolGrant>,
+    tool_policies: Store<ToolPolicy>,
     policies: Store<SandboxPolicy>,
     bindings: Store<CredentialBinding>,
     approvals: Store<ToolApproval>,
@@ -83,6 +86,8 @@ impl PolicyCache {
         fill(watcher(scope.api::<ToolApproval>(client), cfg()), a_writer);
         let (grants, g_writer) = reflector::store();
         fill(watcher(scope.api::<ToolGrant>(client), cfg()), g_writer);
+        let (tool_policies, t_writer) = reflector::store();
+        fill(watcher(scope.api::<ToolPolicy>(client), cfg()), t_writer);
         let (policies, p_writer) = reflector::store();
         fill(watcher(scope.api::<SandboxPolicy>(client), cfg()), p_writer);
         let (bindings, b_writer) = reflector::store();
@@ -94,6 +99,7 @@ impl PolicyCache {
             Self {
                 descriptors,
                 grants,
+                tool_policies,
                 policies,
                 bindings,
                 approvals,
@@ -106,6 +112,7 @@ impl PolicyCache {
     pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.descriptors.wait_until_ready().await?;
         self.grants.wait_until_ready().await?;
+        self.tool_policies.wait_until_ready().await?;
         self.policies.wait_until_ready().await?;
         self.bindings.wait_until_ready().await?;
         self.approvals.wait_until_ready().await
@@ -129,6 +136,7 @@ impl PolicyCache {
         Namespace::assemble(
             of(&self.descriptors, ns),
             of(&self.grants, ns),
+            of(&self.tool_policies, ns),
             of(&self.policies, ns),
             of(&self.bindings, ns),
             of(&self.approvals, ns),
@@ -166,6 +174,7 @@ impl PolicyCache {
         Self {
             descriptors: filled(descriptors),
             grants: filled(grants),
+            tool_policies: filled(Vec::new()),
             policies: filled(policies),
             bindings: filled(bindings),
             approvals: filled(approvals),

@@ -21,6 +21,7 @@ mod ops;
 mod policies;
 mod readiness;
 mod scope;
+mod tool_policy;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
     let config = match context {
@@ -206,6 +207,7 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
         descriptor::run(client.clone(), scope.clone()),
         grant::run(client.clone(), scope.clone()),
         readiness::run(client.clone(), config.broker.clone(), scope.clone()),
+        tool_policy::run(client.clone(), scope.clone()),
         call::run(
             client,
             config,

@@ -49,8 +49,17 @@ pub struct ErrorLabels {
     pub category: String,
 }
 
+/// Labels of a shadow forbid: the ToolPolicy (one per policy object a team writes).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    /// `namespace/name` of the ToolPolicy.
+    pub tool_policy: String,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
+    /// Calls a shadow ToolPolicy would have forbidden.
+    pub shadow_forbids: Family<ShadowLabels, Counter>,
     /// Calls entering each phase.
     pub call_phases: Family<PhaseLabels, Counter>,
     /// Decisions by outcome and tier.
@@ -85,6 +94,12 @@ impl Default for Metrics {
             "Time spent in one reconcile",
             reconcile_seconds.clone(),
         );
+        let shadow_forbids = Family::<ShadowLabels, Counter>::default();
+        registry.register(
+            "shadow_forbids",
+            "Calls a shadow ToolPolicy would have forbidden (nothing else came of it)",
+            shadow_forbids.clone(),
+        );
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
@@ -92,6 +107,7 @@ impl Default for Metrics {
             reconcile_errors.clone(),
         );
         Metrics {
+            shadow_forbids,
             call_phases,
             decisions,
             reconcile_seconds,

@@ -10,7 +10,7 @@ use toolgate_core::manifest::{ObjectSet, Spec};
 use toolgate_core::registry::GrantUsages;
 use toolgate_crds::{
     ApprovalState, CredentialBinding, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor,
-    ToolGrant,
+    ToolGrant, ToolPolicy,
 };
 
 use crate::descriptor::{meta_of, object};
@@ -64,6 +64,7 @@ pub(crate) async fn dereference(
         list_all(client, ns).await?,
         list_all(client, ns).await?,
         list_all(client, ns).await?,
+        list_all(client, ns).await?,
         call,
     ))
 }
@@ -73,6 +74,7 @@ impl Namespace {
     pub(crate) fn assemble(
         descriptors: Vec<ToolDescriptor>,
         grants: Vec<ToolGrant>,
+        tool_policies: Vec<ToolPolicy>,
         policies: Vec<SandboxPolicy>,
         bindings: Vec<CredentialBinding>,
         approvals: Vec<ToolApproval>,
@@ -99,6 +101,11 @@ impl Namespace {
             grants
                 .iter()
                 .map(|g| object(meta_of(g), Spec::ToolGrant(Box::new(g.spec.clone())))),
+        );
+        objects.extend(
+            tool_policies
+                .iter()
+                .map(|p| object(meta_of(p), Spec::ToolPolicy(Box::new(p.spec.clone())))),
         );
         objects.extend(
             policies

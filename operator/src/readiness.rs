@@ -28,7 +28,7 @@ pub struct Context {
 }
 
 /// The Ready condition, keeping the transition time when the status did not change.
-fn ready(
+pub(crate) fn ready(
     previous: &[Condition],
     ok: bool,
     reason: &str,

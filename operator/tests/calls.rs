@@ -1609,3 +1609,144 @@ fn an_l5_call_runs_only_with_its_second_confirmation() {
         ]
     );
 }
+
+#[test]
+fn tool_policies_narrow_calls_on_the_cluster_and_report_their_state() {
+    let Some(c) = cluster("tg-cedar") else {
+        return;
+    };
+    let ns = &c.ns;
+    let policy = |name: &str, mode: &str, text: &str| {
+        let indented: String = text.lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  mode: {mode}\n  policies: |\n{indented}"
+        )
+    };
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\n{}",
+            policy(
+                "echo-bounds",
+                "enforce",
+                "@id(\"no-secrets\")\n@reason(\"messages never carry secrets\")\nforbid (principal, action == Action::\"test.echo\", resource)\nwhen { context.args has msg && context.args.msg like \"*secret*\" };"
+            ),
+            policy(
+                "echo-trial",
+                "shadow",
+                "@id(\"no-drafts\")\nforbid (principal, action == Action::\"test.echo\", resource)\nwhen { context.args has msg && context.args.msg like \"draft*\" };"
+            )
+        )),
+    );
+    for p in ["echo-bounds", "echo-trial"] {
+        wait_for(
+            ns,
+            &format!("toolpolicy/{p}"),
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+            &["True"],
+        );
+    }
+    let listed = ok(&["get", "toolpolicies", "-n", ns], None);
+    assert!(
+        listed.contains("MODE") && listed.contains("POLICIES") && listed.contains("shadow"),
+        "{listed}"
+    );
+    // The policy cache sees them before calls are decided against them.
+    std::thread::sleep(Duration::from_secs(1));
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}---\n{}",
+            call(ns, "fine", "test.echo", "{msg: hello}", ns),
+            call(ns, "leak", "test.echo", "{msg: my secret}", ns),
+            call(ns, "draft", "test.echo", "{msg: draft one}", ns)
+        )),
+    );
+    wait_for(ns, "toolcall/fine", "{.status.phase}", &["Succeeded"]);
+    wait_for(ns, "toolcall/leak", "{.status.phase}", &["Denied"]);
+    wait_for(ns, "toolcall/draft", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/leak",
+            "{.status.conditions[?(@.type==\"PolicyChecked\")].reason}"
+        ),
+        "PolicyForbidden"
+    );
+    assert_eq!(
+        children(ns, "leak").trim(),
+        "",
+        "a forbidden call makes no pod"
+    );
+    assert_eq!(
+        jsonpath(
+            ns,
+            "toolcall/draft",
+            "{.status.authorization.shadowForbids[0].policy}"
+        ),
+        "echo-trial/no-drafts"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = ok(
+            &[
+                "get",
+                "events.events.k8s.io",
+                "-n",
+                ns,
+                "--field-selector",
+                "regarding.name=draft,reason=ShadowForbid",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        if !events.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no ShadowForbid event");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (_, metrics) = http_get(c._operator.health_port, "/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "toolgate_shadow_forbids_total{{tool_policy=\"{ns}/echo-trial\"}} 1"
+        )),
+        "{metrics}"
+    );
+
+    // A policy that does not type-check: Ready=False with its line and column, and the calls it
+    // names are refused until it is fixed.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&policy(
+            "echo-bounds",
+            "enforce",
+            "forbid (principal, action == Action::\"test.echo\", resource)\nwhen { context.args.msg > 3 };",
+        )),
+    );
+    wait_for(
+        ns,
+        "toolpolicy/echo-bounds",
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        &["PolicyInvalid"],
+    );
+    let message = jsonpath(
+        ns,
+        "toolpolicy/echo-bounds",
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    );
+    assert!(message.contains("cedar-type: line 2, column "), "{message}");
+    std::thread::sleep(Duration::from_secs(1));
+    ok(
+        &["apply", "-f", "-"],
+        Some(&call(ns, "closed", "test.echo", "{msg: hello}", ns)),
+    );
+    wait_for(ns, "toolcall/closed", "{.status.phase}", &["Denied"]);
+    let why = jsonpath(
+        ns,
+        "toolcall/closed",
+        "{.status.conditions[?(@.type==\"PolicyChecked\")].message}",
+    );
+    assert!(why.contains("does not compile"), "{why}");
+}

@@ -145,6 +145,7 @@ impl<'a> Snapshot<'a> {
                     spec: call.spec,
                     principal: &principal,
                     dry_runs: &self.dry_runs,
+                    tool_policies: self.registry.tool_policies(call.namespace),
                 },
                 self.registry.tool(call.namespace, &call.spec.tool_ref.name),
                 &grants,

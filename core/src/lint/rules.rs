@@ -136,7 +136,7 @@ pub(super) fn check_objects(
                 }
             }
             Spec::SandboxPolicy(s) => sandbox(s, &mut local),
-            Spec::CredentialBinding(_) => {}
+            Spec::CredentialBinding(_) | Spec::ToolPolicy(_) => {}
             Spec::ToolCall(c) => {
                 if reference(
                     obj,
@@ -237,6 +237,58 @@ pub(super) fn check_objects(
                 message,
             });
         }
+    }
+    tool_policies(set, declared, findings);
+}
+
+/// Descriptors of a namespace declared in the folder that did not check (so are not in `set`).
+fn declared_but_broken<'a>(
+    set: &'a ObjectSet,
+    declared: &'a Declared<'_>,
+    ns: &'a str,
+) -> impl Iterator<Item = &'a str> {
+    let names = match declared {
+        Declared::Names(names) => Some(*names),
+        Declared::Set(_) => None,
+    };
+    names
+        .into_iter()
+        .flatten()
+        .filter(move |(kind, n, name)| {
+            kind == "ToolDescriptor" && n == ns && set.find("ToolDescriptor", ns, name).is_none()
+        })
+        .map(|(_, _, name)| name.as_str())
+}
+
+/// ToolPolicies parse, only forbid, and type-check against the tools of their namespace: each
+/// problem at `spec.policies` with its line and column in the policy text.
+fn tool_policies(set: &ObjectSet, declared: &Declared<'_>, findings: &mut Vec<Finding>) {
+    if !set.iter().any(|o| matches!(o.spec, Spec::ToolPolicy(_))) {
+        return;
+    }
+    let registry = crate::registry::Registry::from_objects(set);
+    for (ns, p) in registry.policy_problems() {
+        let Some(obj) = set.find("ToolPolicy", ns, &p.tool_policy) else {
+            continue;
+        };
+        // A tool declared in the folder but broken is reported where it is; the policy that
+        // names it is not a second defect.
+        if p.code == "cedar-type"
+            && declared_but_broken(set, declared, ns).any(|name| {
+                p.message
+                    .contains(&format!("unrecognized action `Action::\"{name}\"`"))
+            })
+        {
+            continue;
+        }
+        findings.push(Finding {
+            severity: Severity::Error,
+            origin: obj.origin.clone(),
+            object: Some(obj.id()),
+            path: "spec.policies".into(),
+            code: p.code,
+            message: p.to_string(),
+        });
     }
 }
 

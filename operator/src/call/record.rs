@@ -60,6 +60,7 @@ impl Context {
             .map_err(kube_error("patching the call's status"))?;
         self.count(status, steps);
         let reference = call.object_ref(&());
+        self.shadowed(call, &ns, status, steps, &reference).await;
         for s in steps {
             let event = Event {
                 type_: if s.status == ConditionStatus::False {
@@ -172,6 +173,50 @@ impl Context {
     }
 
     /// Phase transitions and decisions, by bounded labels.
+    /// A decision a shadow ToolPolicy would have refused: an Event on the call and a count per
+    /// ToolPolicy, once per decision recorded.
+    async fn shadowed(
+        &self,
+        call: &ToolCall,
+        ns: &str,
+        status: &ToolCallStatus,
+        steps: &[Step],
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+    ) {
+        if !steps.iter().any(|s| s.kind == POLICY_CHECKED) {
+            return;
+        }
+        let Some(a) = &status.authorization else {
+            return;
+        };
+        for f in &a.shadow_forbids {
+            self.metrics
+                .shadow_forbids
+                .get_or_create(&crate::ops::ShadowLabels {
+                    tool_policy: format!("{ns}/{}", f.tool_policy),
+                })
+                .inc();
+            let event = Event {
+                type_: EventType::Warning,
+                reason: toolgate_crds::conditions::reason::SHADOW_FORBID.into(),
+                note: Some(
+                    format!(
+                        "shadow ToolPolicy {} would forbid this call ({}): {}",
+                        f.tool_policy, f.policy, f.reason
+                    )
+                    .chars()
+                    .take(1000)
+                    .collect(),
+                ),
+                action: POLICY_CHECKED.into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, reference).await {
+                tracing::warn!(call = %call.name_any(), error = %e, "publishing an event");
+            }
+        }
+    }
+
     fn count(&self, status: &ToolCallStatus, steps: &[Step]) {
         for s in steps {
             if let Some(phase) = s.phase {

@@ -1,0 +1,736 @@
+//! ToolPolicies in Cedar: `forbid` rules over who calls which tool on what target with which
+//! args. They are evaluated after the built-in rules and can only narrow: a grant is what
+//! permits, a matching forbid denies (enforce) or is recorded (shadow).
+//!
+//! The Cedar model, generated from a namespace's descriptors (so `toolgate lint` type-checks
+//! every policy against the tools it names):
+//!
+//! ```text
+//! entity Group;
+//! entity User in [Group] { name: String };
+//! entity ServiceAccount in [Group] { name: String, namespace: String };
+//! entity Target { kind: String };
+//! action "<tool>" appliesTo { principal: [User, ServiceAccount], resource: [Target],
+//!   context: { args: <the input schema as Cedar types>, riskTier: String, actionType: String,
+//!              dryRun: Bool, namespace: String, time: datetime } };
+//! ```
+//!
+//! Policies are indexed by the actions their scope names, so a decision evaluates only the
+//! policies that can apply to its tool (and those whose scope names no action). A policy that
+//! does not compile fails closed: the calls it could constrain are denied until it is fixed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+
+use cedar_policy::{
+    ActionConstraint, Authorizer, Context, Effect, Entities, Entity, EntityUid, Policy, PolicyId,
+    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use jiff::Timestamp;
+use miette::Diagnostic;
+use serde_json::{Map, Value, json};
+use toolgate_crds::{ActionType, CallTarget, PolicyMode, ToolPolicySpec};
+
+use crate::principal::Principal;
+use crate::registry::RegisteredTool;
+
+/// A problem with a ToolPolicy, where in its `spec.policies` text it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The ToolPolicy.
+    pub tool_policy: String,
+    /// Stable code (`cedar-parse`, `cedar-type`, `cedar-permit`).
+    pub code: &'static str,
+    /// 1-based line in `spec.policies`, when Cedar says where.
+    pub line: Option<usize>,
+    /// 1-based column.
+    pub column: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+/// A forbid that matched a call (or would have, in shadow mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forbid {
+    /// The ToolPolicy.
+    pub tool_policy: String,
+    /// The policy's id (`<ToolPolicy>/<@id or position>`).
+    pub policy: String,
+    /// What the policy says about itself (`@reason`), or that it does not compile.
+    pub reason: String,
+}
+
+/// What the namespace's ToolPolicies say about one call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Enforced forbids that matched (or errored, or do not compile: they fail closed).
+    pub forbidden: Vec<Forbid>,
+    /// Shadow forbids that matched: recorded, nothing else.
+    pub shadow: Vec<Forbid>,
+}
+
+/// One call as Cedar sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct CedarCall<'a> {
+    /// The tool.
+    pub tool: &'a RegisteredTool,
+    /// Who calls.
+    pub principal: &'a Principal,
+    /// The call's namespace.
+    pub namespace: &'a str,
+    /// The args (already valid against the input schema).
+    pub args: &'a Value,
+    /// The intent's target.
+    pub target: Option<&'a CallTarget>,
+    /// The intent's action type.
+    pub action_type: ActionType,
+    /// Whether it is a dry run.
+    pub dry_run: bool,
+    /// When.
+    pub now: Timestamp,
+}
+
+#[derive(Debug, Clone, Default)]
+struct PolicyIndex {
+    by_action: HashMap<String, PolicySet>,
+    any_action: PolicySet,
+}
+
+impl PolicyIndex {
+    fn add(&mut self, policy: Policy) {
+        let actions = scope_actions(&policy);
+        match actions {
+            None => {
+                let _ = self.any_action.add(policy);
+            }
+            Some(actions) => {
+                for a in actions {
+                    let _ = self.by_action.entry(a).or_default().add(policy.clone());
+                }
+            }
+        }
+    }
+
+    fn sets_for<'s>(&'s self, tool: &str) -> impl Iterator<Item = &'s PolicySet> {
+        self.by_action
+            .get(tool)
+            .into_iter()
+            .chain(std::iter::once(&self.any_action))
+            .filter(|s| s.policies().next().is_some())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_action.is_empty() && self.any_action.policies().next().is_none()
+    }
+}
+
+/// An enforced policy that does not compile; it fails closed for the actions it names (all,
+/// when it names none or does not parse).
+#[derive(Debug, Clone)]
+struct Broken {
+    forbid: Forbid,
+    actions: Option<Vec<String>>,
+}
+
+/// The compiled ToolPolicies of one namespace.
+#[derive(Debug, Clone, Default)]
+pub struct ToolPolicies {
+    schema: Option<Schema>,
+    enforce: PolicyIndex,
+    shadow: PolicyIndex,
+    broken: Vec<Broken>,
+    reasons: HashMap<String, (String, String)>,
+    count: usize,
+}
+
+impl ToolPolicies {
+    /// Compile a namespace's ToolPolicies against its tools. The problems are what lint reports;
+    /// a policy with one is left out, and if enforced, fails closed.
+    pub fn compile<'a>(
+        tools: impl IntoIterator<Item = &'a RegisteredTool>,
+        policies: &[(&str, &ToolPolicySpec)],
+    ) -> (ToolPolicies, Vec<Problem>) {
+        let mut out = ToolPolicies::default();
+        let mut problems = Vec::new();
+        if policies.is_empty() {
+            return (out, problems);
+        }
+        let schema_json = schema_json(tools);
+        let schema = match Schema::from_json_value(schema_json) {
+            Ok(s) => s,
+            Err(e) => {
+                // Names the tools' schemas produce are ours to get right; say so rather than
+                // evaluate without types.
+                for (name, spec) in policies {
+                    problems.push(Problem {
+                        tool_policy: name.to_string(),
+                        code: "cedar-schema",
+                        line: None,
+                        column: None,
+                        message: format!("the namespace's tools give no Cedar schema: {e}"),
+                    });
+                    if spec.mode == PolicyMode::Enforce {
+                        out.broken.push(Broken {
+                            forbid: broken_forbid(name, "(all)", &e.to_string()),
+                            actions: None,
+                        });
+                    }
+                }
+                return (out, problems);
+            }
+        };
+        let validator = Validator::new(schema.clone());
+        for (name, spec) in policies {
+            out.add_tool_policy(name, spec, &validator, &mut problems);
+        }
+        out.schema = Some(schema);
+        (out, problems)
+    }
+
+    fn add_tool_policy(
+        &mut self,
+        name: &str,
+        spec: &ToolPolicySpec,
+        validator: &Validator,
+        problems: &mut Vec<Problem>,
+    ) {
+        let text = &spec.policies;
+        let enforced = spec.mode == PolicyMode::Enforce;
+        let parsed = match PolicySet::from_str(text) {
+            Ok(p) => p,
+            Err(errors) => {
+                for e in errors.iter() {
+                    problems.push(problem(name, "cedar-parse", text, e, e.to_string()));
+                }
+                if enforced {
+                    self.broken.push(Broken {
+                        forbid: broken_forbid(name, "(all)", "its policies do not parse"),
+                        actions: None,
+                    });
+                }
+                return;
+            }
+        };
+        if parsed.templates().next().is_some() {
+            problems.push(Problem {
+                tool_policy: name.into(),
+                code: "cedar-template",
+                line: None,
+                column: None,
+                message:
+                    "templates (?principal, ?resource) are not supported; write the policy out"
+                        .into(),
+            });
+        }
+        // Give each policy a stable id: `<ToolPolicy>/<@id>` or its position.
+        let mut renamed = PolicySet::new();
+        // Where each `permit` keyword is, to point at a permit policy.
+        let mut permits = regex_permits(text).into_iter();
+        for (i, p) in parsed.policies().enumerate() {
+            let local = p
+                .annotation("id")
+                .map_or_else(|| i.to_string(), str::to_string);
+            let id = format!("{name}/{local}");
+            if p.effect() == Effect::Permit {
+                problems.push(problem_at(
+                    name,
+                    "cedar-permit",
+                    text,
+                    permits.next(),
+                    format!("policy {id} permits: a ToolPolicy can only forbid (grants are what permit); write `forbid (…) unless {{ … }}` to allow only some calls"),
+                ));
+                continue;
+            }
+            let reason = p
+                .annotation("reason")
+                .map_or_else(|| format!("forbidden by {id}"), str::to_string);
+            self.reasons.insert(id.clone(), (name.to_string(), reason));
+            if renamed.add(p.new_id(PolicyId::new(&id))).is_err() {
+                problems.push(problem_at(
+                    name,
+                    "cedar-duplicate-id",
+                    text,
+                    None,
+                    format!("two policies are named {id}"),
+                ));
+            }
+        }
+        let result = validator.validate(&renamed, ValidationMode::Strict);
+        let mut invalid = std::collections::BTreeSet::new();
+        for e in result.validation_errors() {
+            invalid.insert(e.policy_id().to_string());
+            problems.push(problem(name, "cedar-type", text, e, e.to_string()));
+        }
+        for p in renamed.policies() {
+            let id = p.id().to_string();
+            self.count += 1;
+            if invalid.contains(&id) {
+                if enforced {
+                    self.broken.push(Broken {
+                        forbid: broken_forbid(
+                            name,
+                            &id,
+                            "it does not type-check against the namespace's tools",
+                        ),
+                        actions: scope_actions(p),
+                    });
+                }
+                continue;
+            }
+            match spec.mode {
+                PolicyMode::Enforce => self.enforce.add(p.clone()),
+                PolicyMode::Shadow => self.shadow.add(p.clone()),
+            }
+        }
+    }
+
+    /// How many policies the ToolPolicies hold.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.enforce.is_empty() && self.shadow.is_empty() && self.broken.is_empty()
+    }
+
+    /// What the policies say about a call: the enforced forbids that match (also those that
+    /// error or do not compile: they fail closed) and the shadow ones that match.
+    pub fn evaluate(&self, call: &CedarCall<'_>) -> Verdict {
+        let mut verdict = Verdict::default();
+        let tool = call.tool.name.as_str();
+        for b in &self.broken {
+            if b.actions
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|x| x == tool))
+            {
+                verdict.forbidden.push(b.forbid.clone());
+            }
+        }
+        let enforce: Vec<&PolicySet> = self.enforce.sets_for(tool).collect();
+        let shadow: Vec<&PolicySet> = self.shadow.sets_for(tool).collect();
+        if enforce.is_empty() && shadow.is_empty() {
+            return verdict;
+        }
+        let Some(schema) = &self.schema else {
+            return verdict;
+        };
+        let prepared = match prepare(schema, call, true) {
+            Ok(p) => p,
+            Err(e) => {
+                // The call cannot be put to the policies that apply to it: fail closed.
+                if !enforce.is_empty() {
+                    verdict.forbidden.push(broken_forbid(
+                        "(args)",
+                        "(args)",
+                        &format!("the call's args cannot be given to Cedar: {e}"),
+                    ));
+                }
+                return verdict;
+            }
+        };
+        let authorizer = Authorizer::new();
+        for set in enforce {
+            let r = authorizer.is_authorized(&prepared.request, set, &prepared.entities);
+            for id in r.diagnostics().reason() {
+                verdict.forbidden.push(self.forbid(id, None));
+            }
+            for e in r.diagnostics().errors() {
+                let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
+                verdict
+                    .forbidden
+                    .push(self.forbid(e.policy_id(), Some(&e.to_string())));
+            }
+        }
+        for set in shadow {
+            let r = authorizer.is_authorized(&prepared.request, set, &prepared.entities);
+            for id in r.diagnostics().reason() {
+                verdict.shadow.push(self.forbid(id, None));
+            }
+        }
+        verdict.forbidden.sort_by(|a, b| a.policy.cmp(&b.policy));
+        verdict.forbidden.dedup();
+        verdict.shadow.sort_by(|a, b| a.policy.cmp(&b.policy));
+        verdict.shadow.dedup();
+        verdict
+    }
+
+    /// An enforced forbid that refuses every call of `tool` by `principal`, whatever its args
+    /// and target: one whose conditions need nothing of the call (a policy that looks at the
+    /// args cannot be decided without them and does not count). Views hide such a tool.
+    pub fn forbids_every_call(
+        &self,
+        tool: &RegisteredTool,
+        principal: &Principal,
+        namespace: &str,
+        now: Timestamp,
+    ) -> Option<Forbid> {
+        let name = tool.name.as_str();
+        if let Some(b) = self.broken.iter().find(|b| {
+            b.actions
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|x| x == name))
+        }) {
+            return Some(b.forbid.clone());
+        }
+        let sets: Vec<&PolicySet> = self.enforce.sets_for(name).collect();
+        if sets.is_empty() {
+            return None;
+        }
+        let schema = self.schema.as_ref()?;
+        let call = CedarCall {
+            tool,
+            principal,
+            namespace,
+            args: &Value::Null,
+            target: None,
+            action_type: tool
+                .spec
+                .intent
+                .action_types
+                .first()
+                .copied()
+                .unwrap_or(ActionType::Read),
+            dry_run: false,
+            now,
+        };
+        let prepared = prepare(schema, &call, false).ok()?;
+        let authorizer = Authorizer::new();
+        sets.into_iter().find_map(|set| {
+            let r = authorizer.is_authorized(&prepared.request, set, &prepared.entities);
+            r.diagnostics()
+                .reason()
+                .next()
+                .map(|id| self.forbid(id, None))
+        })
+    }
+
+    fn forbid(&self, id: &PolicyId, error: Option<&str>) -> Forbid {
+        let key = id.to_string();
+        let (tool_policy, reason) = self
+            .reasons
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| (String::new(), format!("forbidden by {key}")));
+        Forbid {
+            tool_policy,
+            reason: match error {
+                Some(e) => {
+                    format!("{reason} (the policy failed on this call, so it refuses it: {e})")
+                }
+                None => reason,
+            },
+            policy: key,
+        }
+    }
+}
+
+/// Offsets of the `permit` keywords that start policies, in order.
+fn regex_permits(text: &str) -> Vec<usize> {
+    static PERMIT: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    PERMIT
+        .get_or_init(|| regex::Regex::new(r"(?m)(^|[;}\s])(permit)\s*\(").ok())
+        .as_ref()
+        .map(|re| {
+            re.captures_iter(text)
+                .filter_map(|c| c.get(2).map(|m| m.start()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn broken_forbid(tool_policy: &str, policy: &str, why: &str) -> Forbid {
+    Forbid {
+        tool_policy: tool_policy.into(),
+        policy: policy.into(),
+        reason: format!(
+            "ToolPolicy {tool_policy} does not compile ({why}); its calls are refused until it is fixed"
+        ),
+    }
+}
+
+/// The actions a policy's scope names; `None` when it names none (it may apply to any tool).
+fn scope_actions(p: &Policy) -> Option<Vec<String>> {
+    match p.action_constraint() {
+        ActionConstraint::Any => None,
+        ActionConstraint::Eq(uid) => Some(vec![uid.id().unescaped().to_string()]),
+        ActionConstraint::In(uids) => Some(
+            uids.iter()
+                .map(|u| u.id().unescaped().to_string())
+                .collect(),
+        ),
+    }
+}
+
+fn problem(
+    tool_policy: &str,
+    code: &'static str,
+    text: &str,
+    d: &dyn Diagnostic,
+    message: String,
+) -> Problem {
+    let offset = d.labels().and_then(|mut l| l.next()).map(|l| l.offset());
+    let help = d.help().map(|h| format!(" ({h})")).unwrap_or_default();
+    problem_at(tool_policy, code, text, offset, format!("{message}{help}"))
+}
+
+fn problem_at(
+    tool_policy: &str,
+    code: &'static str,
+    text: &str,
+    offset: Option<usize>,
+    message: String,
+) -> Problem {
+    let (line, column) = match offset {
+        Some(o) => {
+            let before = &text[..o.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            (Some(line), Some(column))
+        }
+        None => (None, None),
+    };
+    Problem {
+        tool_policy: tool_policy.into(),
+        code,
+        line,
+        column,
+        message,
+    }
+}
+
+struct Prepared {
+    request: Request,
+    entities: Entities,
+}
+
+/// The request and entities of a call. `with_args` false leaves the args out (a policy that
+/// reads them errors and does not match).
+fn prepare(schema: &Schema, call: &CedarCall<'_>, with_args: bool) -> Result<Prepared, String> {
+    let action = uid("Action", &call.tool.name)?;
+    let (principal, principal_entity) = principal_entity(call.principal)?;
+    let target_ref = call.target.map_or("", |t| t.ref_.as_str());
+    let target_kind = call
+        .target
+        .and_then(|t| serde_json::to_value(t.kind).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let resource = uid("Target", target_ref)?;
+    let resource_entity = Entity::new(
+        resource.clone(),
+        [(
+            "kind".to_string(),
+            RestrictedExpression::new_string(target_kind),
+        )]
+        .into(),
+        Default::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut groups = Vec::new();
+    for g in &call.principal.groups {
+        groups.push(Entity::with_uid(uid("Group", g)?));
+    }
+    let mut ctx = Map::new();
+    if with_args {
+        let shape = input_shape(&call.tool.spec.schemas.input_schema);
+        ctx.insert("args".into(), args_value(call.args, shape.as_ref()));
+    }
+    ctx.insert("riskTier".into(), json!(call.tool.tier.to_string()));
+    ctx.insert("actionType".into(), json!(call.action_type.as_str()));
+    ctx.insert("dryRun".into(), json!(call.dry_run));
+    ctx.insert("namespace".into(), json!(call.namespace));
+    ctx.insert(
+        "time".into(),
+        json!({"__extn": {"fn": "datetime", "arg": call.now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}}),
+    );
+    let context = if with_args {
+        Context::from_json_value(Value::Object(ctx), Some((schema, &action)))
+    } else {
+        Context::from_json_value(Value::Object(ctx), None)
+    }
+    .map_err(|e| e.to_string())?;
+    let entities = Entities::from_entities(
+        [principal_entity, resource_entity]
+            .into_iter()
+            .chain(groups),
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    let request =
+        Request::new(principal, action, resource, context, None).map_err(|e| e.to_string())?;
+    Ok(Prepared { request, entities })
+}
+
+fn uid(kind: &str, id: &str) -> Result<EntityUid, String> {
+    let kind = cedar_policy::EntityTypeName::from_str(kind).map_err(|e| e.to_string())?;
+    Ok(EntityUid::from_type_name_and_id(
+        kind,
+        cedar_policy::EntityId::new(id),
+    ))
+}
+
+fn principal_entity(p: &Principal) -> Result<(EntityUid, Entity), String> {
+    let parents = p
+        .groups
+        .iter()
+        .map(|g| uid("Group", g))
+        .collect::<Result<std::collections::HashSet<_>, _>>()?;
+    let (kind, mut attrs) = match p.service_account() {
+        Some((ns, name)) => (
+            "ServiceAccount",
+            vec![
+                ("namespace".to_string(), ns.to_string()),
+                ("name".to_string(), name.to_string()),
+            ],
+        ),
+        None => ("User", vec![("name".to_string(), p.name.clone())]),
+    };
+    let id = uid(kind, &p.name)?;
+    let attrs: std::collections::HashMap<String, RestrictedExpression> = attrs
+        .drain(..)
+        .map(|(k, v)| (k, RestrictedExpression::new_string(v)))
+        .collect();
+    let entity = Entity::new(id.clone(), attrs, parents).map_err(|e| e.to_string())?;
+    Ok((id, entity))
+}
+
+/// The Cedar type of an input-schema node, when it has one: strings, integers (`Long`),
+/// numbers (`decimal`), booleans, arrays of a typed item (`Set`) and objects with properties
+/// (`Record`, required as the schema says). Anything else has no Cedar form and is left out of
+/// `context.args` (a policy that names it fails lint).
+fn cedar_type(schema: &Value) -> Option<Value> {
+    let ty = match schema.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        None if schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| !e.is_empty() && e.iter().all(Value::is_string)) =>
+        {
+            "string"
+        }
+        _ => return None,
+    };
+    Some(match ty {
+        "string" => json!({"type": "String"}),
+        "integer" => json!({"type": "Long"}),
+        "number" => json!({"type": "Extension", "name": "decimal"}),
+        "boolean" => json!({"type": "Boolean"}),
+        "array" => json!({"type": "Set", "element": cedar_type(schema.get("items")?)?}),
+        "object" => {
+            let props = schema.get("properties").and_then(Value::as_object)?;
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut attributes = Map::new();
+            for (k, v) in props {
+                if let Some(mut t) = cedar_type(v) {
+                    t["required"] = json!(required.contains(&k.as_str()));
+                    attributes.insert(k.clone(), t);
+                }
+            }
+            json!({"type": "Record", "attributes": attributes})
+        }
+        _ => return None,
+    })
+}
+
+/// The shape the args take in Cedar: the input schema's typed part.
+#[derive(Debug)]
+enum Shape {
+    Plain,
+    Decimal,
+    Set(Box<Shape>),
+    Record(BTreeMap<String, Shape>),
+}
+
+fn input_shape(schema: &Value) -> Option<Shape> {
+    let t = cedar_type(schema)?;
+    Some(shape_of(&t))
+}
+
+fn shape_of(t: &Value) -> Shape {
+    match t.get("type").and_then(Value::as_str) {
+        Some("Extension") => Shape::Decimal,
+        Some("Set") => Shape::Set(Box::new(t.get("element").map_or(Shape::Plain, shape_of))),
+        Some("Record") => Shape::Record(
+            t.get("attributes")
+                .and_then(Value::as_object)
+                .map(|a| a.iter().map(|(k, v)| (k.clone(), shape_of(v))).collect())
+                .unwrap_or_default(),
+        ),
+        _ => Shape::Plain,
+    }
+}
+
+/// The args as Cedar JSON: only the typed fields, numbers as decimals.
+fn args_value(v: &Value, shape: Option<&Shape>) -> Value {
+    match (shape, v) {
+        (Some(Shape::Record(fields)), Value::Object(m)) => Value::Object(
+            fields
+                .iter()
+                .filter_map(|(k, s)| m.get(k).map(|x| (k.clone(), args_value(x, Some(s)))))
+                .collect(),
+        ),
+        (Some(Shape::Set(item)), Value::Array(a)) => {
+            Value::Array(a.iter().map(|x| args_value(x, Some(item))).collect())
+        }
+        (Some(Shape::Decimal), Value::Number(n)) => {
+            json!({"__extn": {"fn": "decimal", "arg": decimal_text(n)}})
+        }
+        (None, _) => json!({}),
+        _ => v.clone(),
+    }
+}
+
+/// A JSON number in Cedar's decimal form (`12.5` → `12.5`, `3` → `3.0`).
+fn decimal_text(n: &serde_json::Number) -> String {
+    let s = n.to_string();
+    if s.contains('.') { s } else { format!("{s}.0") }
+}
+
+/// The Cedar schema of a namespace's tools (JSON schema format).
+pub fn schema_json<'a>(tools: impl IntoIterator<Item = &'a RegisteredTool>) -> Value {
+    let mut actions = Map::new();
+    for t in tools {
+        let args = cedar_type(&t.spec.schemas.input_schema)
+            .filter(|a| a["type"] == "Record")
+            .unwrap_or_else(|| json!({"type": "Record", "attributes": {}}));
+        actions.insert(
+            t.name.clone(),
+            json!({"appliesTo": {
+                "principalTypes": ["User", "ServiceAccount"],
+                "resourceTypes": ["Target"],
+                "context": {"type": "Record", "attributes": {
+                    "args": args,
+                    "riskTier": {"type": "String"},
+                    "actionType": {"type": "String"},
+                    "dryRun": {"type": "Boolean"},
+                    "namespace": {"type": "String"},
+                    "time": {"type": "Extension", "name": "datetime"},
+                }},
+            }}),
+        );
+    }
+    json!({"": {
+        "entityTypes": {
+            "Group": {},
+            "User": {"memberOfTypes": ["Group"], "shape": {"type": "Record", "attributes": {
+                "name": {"type": "String"}}}},
+            "ServiceAccount": {"memberOfTypes": ["Group"], "shape": {"type": "Record", "attributes": {
+                "name": {"type": "String"}, "namespace": {"type": "String"}}}},
+            "Target": {"shape": {"type": "Record", "attributes": {"kind": {"type": "String"}}}},
+        },
+        "actions": actions,
+    }})
+}

@@ -1,0 +1,217 @@
+//! ToolPolicies in `toolgate local`, end to end over gRPC with the real binary: argument
+//! conditions deny as written, shadow policies change nothing but are recorded, a tool every
+//! call of which is forbidden leaves the view, and a policy change is picked up on reload.
+
+mod support;
+
+use support::*;
+use toolgate_proto::v1 as pb;
+
+const POLICIES: &str = r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: echo-bounds, namespace: team-a}
+spec:
+  mode: enforce
+  policies: |
+    @id("no-secrets")
+    @reason("messages never carry secrets")
+    forbid (principal, action == Action::"test.echo", resource)
+    when { context.args has msg && context.args.msg like "*secret*" };
+
+    @reason("sleeping is switched off")
+    forbid (principal, action == Action::"test.sleep", resource);
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: echo-trial, namespace: team-a}
+spec:
+  mode: shadow
+  policies: |
+    @id("no-drafts")
+    @reason("drafts stay local")
+    forbid (principal, action == Action::"test.echo", resource)
+    when { context.args has msg && context.args.msg like "draft*" };
+"#;
+
+fn status(call: &pb::Call) -> serde_json::Value {
+    serde_json::from_str(&call.status_json).expect("status")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_policies_narrow_calls_and_shadow_ones_only_record() {
+    let dir = setup();
+    let policies = dir.path().join("manifests/tool-policies.yaml");
+    std::fs::write(&policies, POLICIES).expect("policies");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+
+    // Allowed, denied by an argument condition, recorded by the shadow policy.
+    let ok = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "hello"}),
+        "execute",
+    )
+    .await;
+    let ok = wait_phase(&mut c, &ok.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(ok.phase, "Succeeded", "{:#?}", ok.conditions);
+    let denied = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "my secret token"}),
+        "execute",
+    )
+    .await;
+    assert_eq!(denied.phase, "Denied");
+    let checked = denied
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "PolicyChecked")
+        .expect("PolicyChecked");
+    assert_eq!(checked.reason, "PolicyForbidden");
+    assert!(
+        checked.message.contains("echo-bounds/no-secrets")
+            && checked.message.contains("messages never carry secrets"),
+        "{}",
+        checked.message
+    );
+    let draft = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "draft 1"}),
+        "execute",
+    )
+    .await;
+    let draft = wait_phase(&mut c, &draft.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(draft.phase, "Succeeded", "shadow changes nothing");
+    assert_eq!(
+        status(&draft)["authorization"]["shadowForbids"][0]["policy"],
+        "echo-trial/no-drafts"
+    );
+    assert!(
+        draft
+            .reasons
+            .iter()
+            .any(|r| r.code == "policy-shadow-forbid"),
+        "{:?}",
+        draft.reasons
+    );
+
+    // A tool every call of which is forbidden is not in the view, with the reason.
+    let view = c
+        .get_tool_view(req(
+            AGENT,
+            pb::GetToolViewRequest {
+                intent: "sleep or echo".into(),
+                max_tools: 32,
+                explain: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("view")
+        .into_inner();
+    assert!(view.exposed.iter().any(|t| t.name == "test.echo"));
+    let sleep = view
+        .hidden
+        .iter()
+        .find(|h| h.name == "test.sleep")
+        .expect("test.sleep hidden");
+    assert_eq!(sleep.code, "policy-forbidden");
+    assert!(
+        sleep.reason.contains("sleeping is switched off"),
+        "{}",
+        sleep.reason
+    );
+
+    // The trial becomes the rule: the same call is now refused.
+    std::fs::write(&policies, POLICIES.replace("mode: shadow", "mode: enforce")).expect("rewrite");
+    let mut refused = None;
+    for _ in 0..100 {
+        let again = submit(
+            &mut c,
+            "test.echo",
+            serde_json::json!({"msg": "draft 2"}),
+            "execute",
+        )
+        .await;
+        if again.phase == "Denied" {
+            refused = Some(again);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let refused = refused.expect("the reloaded policy enforces");
+    assert!(
+        refused
+            .reasons
+            .iter()
+            .any(|r| r.code == "policy-forbidden" && r.message.contains("drafts stay local")),
+        "{:?}",
+        refused.reasons
+    );
+}
+
+#[test]
+fn toolgate_check_and_lint_apply_the_policies() {
+    let dir = setup();
+    let m = dir.path().join("manifests");
+    std::fs::write(m.join("tool-policies.yaml"), POLICIES).expect("policies");
+    let call = |name: &str, msg: &str| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &path,
+            toolgate_testkit::fixtures::call(
+                "team-a",
+                name,
+                "test.echo",
+                &format!("{{msg: {msg:?}}}"),
+                "team-a",
+            ),
+        )
+        .expect("call");
+        path
+    };
+    let check = |path: &std::path::Path| {
+        std::process::Command::new(toolgate_binary())
+            .args(["check", "--manifests"])
+            .arg(&m)
+            .arg("--call")
+            .arg(path)
+            .output()
+            .expect("check")
+    };
+    let allowed = check(&call("fine", "hello"));
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stdout)
+    );
+    let denied = check(&call("leak", "a secret"));
+    assert!(!denied.status.success());
+    let out = String::from_utf8_lossy(&denied.stdout);
+    assert!(
+        out.contains("policy-forbidden") && out.contains("no-secrets"),
+        "{out}"
+    );
+
+    // A type error is a lint error with its line and column, and `local` refuses to start on it.
+    std::fs::write(
+        m.join("tool-policies.yaml"),
+        POLICIES.replace("context.args.msg like \"*secret*\"", "context.args.msg > 3"),
+    )
+    .expect("broken");
+    let lint = std::process::Command::new(toolgate_binary())
+        .arg("lint")
+        .arg(&m)
+        .output()
+        .expect("lint");
+    assert!(!lint.status.success());
+    let out =
+        String::from_utf8_lossy(&lint.stdout).to_string() + &String::from_utf8_lossy(&lint.stderr);
+    assert!(
+        out.contains("ToolPolicy/echo-bounds: spec.policies: line 4, column ")
+            && out.contains("[cedar-type]"),
+        "{out}"
+    );
+}
