@@ -1,6 +1,7 @@
-//! Decision latency and view compilation over 10k generated descriptors and 10k grants, and
-//! canonical digests of a 64 KiB args object — each beside the plain alternative, with p50/p99
-//! from a timed loop after criterion's figures. Run: `cargo bench -p toolgate-core`.
+//! Decision latency and view compilation over 10k generated descriptors and 10k grants, the same
+//! decision with 1,000 Cedar ToolPolicy rules, and canonical digests of a 64 KiB args object —
+//! each beside the plain alternative, with p50/p99 from a timed loop after criterion's figures.
+//! Run: `cargo bench -p toolgate-core`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -76,7 +77,42 @@ fn grant(i: usize) -> Spec {
     Spec::from_json("ToolGrant", &spec).expect("grant")
 }
 
-fn registry() -> Registry {
+/// Cedar rules: 1,000 in ten ToolPolicies — one per tool for 995 tools (every tenth, and the
+/// benchmark call's), an argument condition each — and five that name no tool (evaluated for
+/// every call).
+const CEDAR_POLICIES: usize = 1_000;
+
+fn tool_policies(call_tool: &str) -> Vec<Object> {
+    let mut texts: Vec<String> = (0..CEDAR_POLICIES - 5)
+        .map(|k| {
+            let tool = if k == 0 {
+                call_tool.to_string()
+            } else {
+                format!("tool-{}", k * 10)
+            };
+            format!(
+                "forbid (principal, action == Action::\"{tool}\", resource) when {{ context.args.path like \"secret/*\" }};"
+            )
+        })
+        .collect();
+    texts
+        .extend((0..5).map(|k| {
+            format!("forbid (principal in Group::\"quarantine-{k}\", action, resource);")
+        }));
+    texts
+        .chunks(CEDAR_POLICIES / 10)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let spec = json!({"mode": "enforce", "policies": chunk.join("\n")});
+            object(
+                Spec::from_json("ToolPolicy", &spec).expect("policy"),
+                format!("rules-{i}"),
+            )
+        })
+        .collect()
+}
+
+fn objects() -> Vec<Object> {
     let sandbox = json!({"mode": "read_only", "filesystem": {"readRoots": ["workspace"]}, "network": {"egress": "none"},
         "process": {"timeoutMs": 1000, "maxMemoryMb": 64, "maxStdoutBytes": 1024, "maxStderrBytes": 1024}});
     let mut objects = vec![object(
@@ -85,7 +121,11 @@ fn registry() -> Registry {
     )];
     objects.extend((0..TOOLS).map(|i| object(descriptor(i), format!("tool-{i}"))));
     objects.extend((0..GRANTS).map(|i| object(grant(i), format!("grant-{i}"))));
-    Registry::from_objects(&ObjectSet::new(objects))
+    objects
+}
+
+fn registry() -> Registry {
+    Registry::from_objects(&ObjectSet::new(objects()))
 }
 
 fn call_for(tool: &str, action: ActionType) -> ToolCallSpec {
@@ -174,6 +214,38 @@ fn main() {
     };
     let args = args_64k();
 
+    // The same registry with 1,000 Cedar rules, and the plain alternative: one policy set of all
+    // of them, evaluated whole for every call.
+    let setup = Instant::now();
+    let mut with_rules = objects();
+    with_rules.extend(tool_policies(&tool_name));
+    let rc = Registry::from_objects(&ObjectSet::new(with_rules));
+    assert!(
+        rc.policy_problems().is_empty(),
+        "{:?}",
+        rc.policy_problems()
+    );
+    println!(
+        "setup: the same with {CEDAR_POLICIES} Cedar policies (schema of {TOOLS} actions, strict validation) in {:.2?}",
+        setup.elapsed()
+    );
+    assert_eq!(
+        decide_in(&rc, &review, &[], now, &limits).outcome,
+        toolgate_crds::DecisionOutcome::Allow
+    );
+    let mut secret = call.clone();
+    secret.args = json!({"path": "secret/keys"});
+    let secret_review = CallUnderReview {
+        spec: &secret,
+        ..review
+    };
+    assert_eq!(
+        decide_in(&rc, &secret_review, &[], now, &limits).outcome,
+        toolgate_crds::DecisionOutcome::Deny
+    );
+    let (whole_set, cedar_request, cedar_entities) = plain_cedar(&tool_name);
+    let authorizer = cedar_policy::Authorizer::new();
+
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(500))
@@ -192,6 +264,12 @@ fn main() {
                 &limits,
             )
         })
+    });
+    c.bench_function("decision/with 1,000 Cedar policies, indexed", |b| {
+        b.iter(|| decide_in(black_box(&rc), &review, &[], now, &limits))
+    });
+    c.bench_function("cedar/plain: one set of all 1,000 policies per call", |b| {
+        b.iter(|| authorizer.is_authorized(black_box(&cedar_request), &whole_set, &cedar_entities))
     });
     c.bench_function("view/by action type, named grants (10k)", |b| {
         b.iter(|| compile_view(black_box(&r), &view_req))
@@ -222,6 +300,24 @@ fn main() {
             }),
         ),
         (
+            "decision + 1,000 Cedar",
+            percentiles(20_000, || {
+                black_box(decide_in(&rc, &review, &[], now, &limits));
+            }),
+        ),
+        (
+            "decision + Cedar, forbidden",
+            percentiles(20_000, || {
+                black_box(decide_in(&rc, &secret_review, &[], now, &limits));
+            }),
+        ),
+        (
+            "cedar whole set (plain)",
+            percentiles(2_000, || {
+                black_box(authorizer.is_authorized(&cedar_request, &whole_set, &cedar_entities));
+            }),
+        ),
+        (
             "view named grants",
             percentiles(5_000, || {
                 black_box(compile_view(&r, &view_req));
@@ -249,4 +345,42 @@ fn main() {
     for (name, (p50, p99)) in rows {
         println!("  {name:<26} p50 {p50:>10.2?}  p99 {p99:>10.2?}");
     }
+}
+
+/// The plain way: every policy in one set, the request built the same way the core builds it.
+fn plain_cedar(
+    call_tool: &str,
+) -> (
+    cedar_policy::PolicySet,
+    cedar_policy::Request,
+    cedar_policy::Entities,
+) {
+    use std::str::FromStr;
+    let text: Vec<String> = tool_policies(call_tool)
+        .iter()
+        .filter_map(|o| match &o.spec {
+            Spec::ToolPolicy(p) => Some(p.policies.clone()),
+            _ => None,
+        })
+        .collect();
+    let set = cedar_policy::PolicySet::from_str(&text.join("\n")).expect("policies");
+    let principal = cedar_policy::EntityUid::from_str(
+        r#"ServiceAccount::"system:serviceaccount:bench:agent-42""#,
+    )
+    .expect("principal");
+    let action =
+        cedar_policy::EntityUid::from_str(&format!("Action::\"{call_tool}\"")).expect("action");
+    let resource = cedar_policy::EntityUid::from_str(r#"Target::"""#).expect("resource");
+    let context = cedar_policy::Context::from_json_value(
+        json!({"args": {"path": "ledger/2026/11.csv"}, "riskTier": "L0", "actionType": "read",
+               "dryRun": false, "namespace": NS}),
+        None,
+    )
+    .expect("context");
+    let request = cedar_policy::Request::new(principal.clone(), action, resource, context, None)
+        .expect("request");
+    let entities =
+        cedar_policy::Entities::from_entities([cedar_policy::Entity::with_uid(principal)], None)
+            .expect("entities");
+    (set, request, entities)
 }
