@@ -10,6 +10,7 @@ mod client;
 mod crds_cmd;
 mod demo;
 mod exit;
+mod gitops;
 mod lint_cmd;
 mod local_cmd;
 mod out;
@@ -116,16 +117,40 @@ enum Command {
     Executor(toolgate_executor::cli::Args),
     #[command(flatten)]
     Client(client::ClientCommand),
-    /// Show how effective permissions change between two versions of a policy folder.
+    /// Show how effective permissions and ToolPolicy rules change between two versions of a
+    /// policy folder; with --replay, which recorded calls would be decided differently.
     Diff {
         /// The folder before the change.
         old: PathBuf,
         /// The folder after the change.
         new: PathBuf,
+        /// Decide these recorded calls again under both folders: a `toolgate local` data folder,
+        /// or ToolCall exports (`kubectl get toolcalls -o yaml`), a file or a folder of them.
+        #[arg(long, value_name = "CALLS")]
+        replay: Option<PathBuf>,
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value = "markdown")]
         output: policy_cmds::DiffOutput,
         /// Evaluate at this time (RFC 3339) instead of now.
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Policy tests for CI.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Run the policy table tests (`*.policytest.yaml`) under a folder against its manifests:
+    /// each case a call and the decision it must get. 0 all pass, 1 one fails, 2 unreadable.
+    Test {
+        /// A folder of manifests with its `*.policytest.yaml` tables.
+        dir: PathBuf,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: policy_cmds::Output,
+        /// Decide at this time (RFC 3339) unless a table says; default now.
         #[arg(long)]
         now: Option<String>,
     },
@@ -217,9 +242,13 @@ fn main() -> ExitCode {
         Command::Diff {
             old,
             new,
+            replay,
             output,
             now,
-        } => policy_cmds::diff(&old, &new, output, now.as_deref()),
+        } => policy_cmds::diff(&old, &new, replay.as_deref(), output, now.as_deref()),
+        Command::Policy(PolicyCommand::Test { dir, output, now }) => {
+            gitops::policy_test(&dir, output, now.as_deref())
+        }
     };
     match result {
         Ok(code) => code,

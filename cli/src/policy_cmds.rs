@@ -9,7 +9,7 @@ use toolgate_core::args::ArgsLimits;
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
 use toolgate_core::lint::{LintReport, Severity};
 use toolgate_core::manifest::{Object, Spec};
-use toolgate_core::policy_diff::{diff_policies, markdown};
+use toolgate_core::policy_diff::{diff_policies, markdown, rule_changes, rules_markdown};
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::Registry;
 use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
@@ -51,7 +51,7 @@ pub enum Format {
     Mcp,
 }
 
-fn parse_now(now: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
+pub(crate) fn parse_now(now: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
     match now {
         None => Ok(jiff::Timestamp::now()),
         Some(s) => s.parse().with_context(|| {
@@ -61,7 +61,7 @@ fn parse_now(now: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
 }
 
 /// Lint a folder (plus extra files); print the errors and fail if there are any outside `lenient`.
-fn load(
+pub(crate) fn load(
     paths: &[PathBuf],
     lenient: Option<&Path>,
     now: jiff::Timestamp,
@@ -379,6 +379,7 @@ pub fn view_remote(
 pub fn diff(
     old: &Path,
     new: &Path,
+    replay: Option<&Path>,
     output: DiffOutput,
     now: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
@@ -394,9 +395,32 @@ pub fn diff(
         }
     }
     let changes = diff_policies(&registries[0], &registries[1], now);
+    let rules = rule_changes(&registries[0], &registries[1]);
+    let replayed = match replay {
+        Some(path) => {
+            let calls = crate::gitops::recorded_calls(path)?;
+            Some((
+                calls.len(),
+                toolgate_core::policy_diff::replay(&registries[0], &registries[1], &calls),
+            ))
+        }
+        None => None,
+    };
     match output {
-        DiffOutput::Markdown => out!("{}", markdown(&changes)),
-        DiffOutput::Json => outln!("{}", serde_json::to_string_pretty(&changes)?),
+        DiffOutput::Markdown => {
+            out!("{}", markdown(&changes));
+            out!("{}", rules_markdown(&rules));
+            if let Some((n, r)) = &replayed {
+                out!("{}", toolgate_core::policy_diff::replay_markdown(*n, r));
+            }
+        }
+        DiffOutput::Json => {
+            let mut v = serde_json::json!({"permissions": changes, "rules": rules});
+            if let Some((n, r)) = &replayed {
+                v["replay"] = serde_json::json!({"calls": n, "changed": r});
+            }
+            outln!("{}", serde_json::to_string_pretty(&v)?);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -341,13 +341,17 @@ fn diff_shows_exactly_the_changes_made() {
     let expected =
         std::fs::read_to_string(root().join("tests/policy-change/README.md")).expect("readme");
     let bullets: Vec<&str> = expected.lines().filter(|l| l.starts_with("- ")).collect();
-    assert_eq!(bullets.len(), 3);
+    assert_eq!(bullets.len(), 5);
     for b in bullets {
         assert!(md.contains(&b[2..]), "missing {b:?} in:\n{md}");
     }
     assert_eq!(
         md.lines().filter(|l| l.starts_with("- ")).count(),
-        3,
+        5,
+        "{md}"
+    );
+    assert!(
+        md.contains("when { context.args.body like \"*token*\" };"),
         "{md}"
     );
 
@@ -361,7 +365,9 @@ fn diff_shows_exactly_the_changes_made() {
         NOW,
     ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(v.as_array().map(Vec::len), Some(3));
+    assert_eq!(v["permissions"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["rules"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["rules"][0]["modeAfter"], "enforce");
 
     let out = toolgate(&["diff", "examples", "examples", "--now", NOW]);
     assert!(stdout(&out).contains("No principal gains or loses access"));
@@ -388,4 +394,182 @@ fn a_closed_stdout_ends_the_command_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Copy a folder of files (one level of subfolders, as `examples/` has).
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("read") {
+        let p = entry.expect("entry").path();
+        let target = to.join(p.file_name().expect("name"));
+        if p.is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn diff_replay_reports_exactly_the_planted_changes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (before, after) = (dir.path().join("before"), dir.path().join("after"));
+    for d in [&before, &after] {
+        std::fs::create_dir_all(d).expect("mkdir");
+        copy_dir(&root().join("examples"), d);
+    }
+    // The change: the fixer loses web.fetch, and a new rule keeps code search out of secrets/.
+    let grants = std::fs::read_to_string(after.join("grants.yaml")).expect("grants");
+    let edited = grants.replace(" web.fetch,", "");
+    assert_ne!(grants, edited);
+    std::fs::write(after.join("grants.yaml"), edited).expect("grants");
+    std::fs::write(
+        after.join("search-bounds.yaml"),
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: search-bounds, namespace: team-a}\nspec:\n  policies: |\n    forbid (principal, action == Action::\"code.search\", resource)\n    when { context.args has path && context.args.path like \"secrets*\" };\n",
+    )
+    .expect("policy");
+
+    // 300 recorded calls, as `kubectl get toolcalls -o json` exports them; 60 planted changes.
+    let mut items = Vec::new();
+    let mut planted = std::collections::BTreeSet::new();
+    let pinned = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    for i in 0..300 {
+        let (tool, action, args) = match i % 6 {
+            0..=2 => (
+                "file.read",
+                "read",
+                serde_json::json!({"path": format!("src/f{i}.ts")}),
+            ),
+            3 => {
+                let path = if i % 30 == 3 {
+                    format!("secrets/{i}")
+                } else {
+                    "src".to_string()
+                };
+                (
+                    "code.search",
+                    "search",
+                    serde_json::json!({"text": format!("needle{i}"), "path": path}),
+                )
+            }
+            4 => (
+                "web.fetch",
+                "read",
+                serde_json::json!({"url": format!("https://nodejs.org/api/p{i}.html")}),
+            ),
+            _ => (
+                "file.write",
+                "write",
+                serde_json::json!({"path": format!("src/w{i}.ts"), "content": "x"}),
+            ),
+        };
+        let name = format!("call-{i:03}");
+        let changes = tool == "web.fetch"
+            || (tool == "code.search"
+                && args["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("secrets")));
+        if changes {
+            planted.insert(format!("team-a/{name}"));
+        }
+        items.push(serde_json::json!({
+            "apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolCall",
+            "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": "2026-11-25T10:00:00Z"},
+            "spec": {"toolRef": {"name": tool, "digest": pinned},
+                     "principal": "system:serviceaccount:team-a:fixer", "args": args,
+                     "intent": {"userGoal": "g", "currentTask": "t", "actionType": action, "rationaleSummary": "r"}},
+            "status": {"phase": "Succeeded", "authorization": {"decision": "allow", "riskTier": "L0", "riskLevel": "low",
+                        "reasons": [], "decidedAt": "2026-11-25T10:00:01Z"}},
+        }));
+    }
+    assert_eq!(planted.len(), 60);
+    let export = dir.path().join("calls.json");
+    std::fs::write(
+        &export,
+        serde_json::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+        .expect("json"),
+    )
+    .expect("export");
+
+    let b = before.display().to_string();
+    let a = after.display().to_string();
+    let e = export.display().to_string();
+    let out = toolgate(&["diff", "--replay", &e, &b, &a, "-o", "json", "--now", NOW]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["replay"]["calls"], 300);
+    let changed: std::collections::BTreeSet<String> = v["replay"]["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .map(|c| c["call"].as_str().expect("call").to_string())
+        .collect();
+    assert_eq!(changed, planted);
+    for c in v["replay"]["changed"].as_array().expect("changed") {
+        assert_eq!(c["before"]["outcome"], "allow", "{c}");
+        assert_eq!(c["after"]["outcome"], "deny", "{c}");
+        let code = c["after"]["code"].as_str().expect("code");
+        match c["tool"].as_str() {
+            Some("web.fetch") => assert_eq!(code, "no-grant", "{c}"),
+            _ => assert_eq!(code, "policy-forbidden", "{c}"),
+        }
+    }
+    // The pull-request comment names them too.
+    let out = toolgate(&["diff", "--replay", &e, &b, &a, "--now", NOW]);
+    let md = stdout(&out);
+    assert!(md.contains("#### Replay of 300 recorded call(s)"), "{md}");
+    assert!(
+        md.contains("60 call(s) would be decided differently"),
+        "{md}"
+    );
+    // A folder that is neither a store nor exports is refused with what was expected.
+    let out = toolgate(&["diff", "--replay", "/nonexistent", &b, &a]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a toolgate local data folder"));
+}
+
+#[test]
+fn policy_tests_pass_on_the_examples_and_fail_on_a_moved_decision() {
+    let out = toolgate(&["policy", "test", "examples"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("8 case(s) in 1 table(s): 8 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+
+    let dir = tempfile::tempdir().expect("tmp");
+    copy_dir(&root().join("examples"), dir.path());
+    // The change a pull request makes: the rule over writes is dropped.
+    let policies = dir.path().join("tool-policies.yaml");
+    let text = std::fs::read_to_string(&policies).expect("policies");
+    std::fs::write(&policies, text.replace("mode: enforce", "mode: shadow")).expect("write");
+    let d = dir.path().display().to_string();
+    let out = toolgate(&["policy", "test", &d]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("FAIL")
+            && text.contains(
+                "but not the CI configuration: expected deny (policy-forbidden), got allow"
+            ),
+        "{text}"
+    );
+    // A table with a typo is refused with the field at fault.
+    let table = dir.path().join("fixer.policytest.yaml");
+    let t = std::fs::read_to_string(&table).expect("table");
+    std::fs::write(&table, t.replacen("  expect: allow", "  expcet: allow", 1)).expect("write");
+    let out = toolgate(&["policy", "test", &d]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cases[0].expcet: unknown field"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

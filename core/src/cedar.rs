@@ -58,6 +58,17 @@ impl std::fmt::Display for Problem {
     }
 }
 
+/// A forbid as written, with where it lives and whether it is enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The ToolPolicy.
+    pub tool_policy: String,
+    /// Enforced or shadow.
+    pub mode: PolicyMode,
+    /// The policy text.
+    pub text: String,
+}
+
 /// A forbid that matched a call (or would have, in shadow mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forbid {
@@ -150,6 +161,8 @@ pub struct ToolPolicies {
     reasons: HashMap<String, (String, String)>,
     /// Each tool's args as Cedar sees them (from its input schema), computed once.
     shapes: HashMap<String, Shape>,
+    /// Every forbid by id, as written, for `toolgate diff`.
+    rules: BTreeMap<String, Rule>,
     count: usize,
 }
 
@@ -235,6 +248,14 @@ impl ToolPolicies {
                 .annotation("reason")
                 .map_or_else(|| format!("forbidden by {id}"), str::to_string);
             self.reasons.insert(id.clone(), (name.to_string(), reason));
+            self.rules.insert(
+                id.clone(),
+                Rule {
+                    tool_policy: name.to_string(),
+                    mode: spec.mode,
+                    text: p.to_string(),
+                },
+            );
             if renamed.add(p.new_id(PolicyId::new(&id))).is_err() {
                 problems.push(problem_at(
                     name,
@@ -295,6 +316,11 @@ impl ToolPolicies {
                 PolicyMode::Shadow => self.shadow.add(p.clone()),
             }
         }
+    }
+
+    /// Every forbid by id (`<ToolPolicy>/<@id or position>`).
+    pub fn rules(&self) -> &BTreeMap<String, Rule> {
+        &self.rules
     }
 
     /// How many policies the ToolPolicies hold.

@@ -15,6 +15,7 @@ pub mod lint;
 pub mod manifest;
 pub mod names;
 pub mod policy_diff;
+pub mod policy_test;
 pub mod principal;
 pub mod redact;
 pub mod registry;

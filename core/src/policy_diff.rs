@@ -69,6 +69,14 @@ pub fn effective_access(
     let grants = registry.grants_for(namespace, principal);
     match authorize_principal(t, &grants, namespace, principal, now) {
         Err(r) => deny(r.code),
+        Ok(_)
+            if registry
+                .tool_policies(namespace)
+                .and_then(|p| p.forbids_every_call(t, principal, namespace, now))
+                .is_some() =>
+        {
+            deny("policy-forbidden")
+        }
         Ok((grant, _)) => {
             let (needs, _) = approval_needed(t, &grant.spec, false);
             Access {
@@ -236,6 +244,216 @@ pub fn markdown(changes: &[PermissionChange]) -> String {
             c.tool,
             level(&c.before),
             level(&c.after)
+        );
+    }
+    s
+}
+
+/// A Cedar rule of a ToolPolicy that a change adds, removes or alters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleChange {
+    /// Namespace.
+    pub namespace: String,
+    /// The ToolPolicy.
+    pub tool_policy: String,
+    /// The rule's id (`<ToolPolicy>/<@id or position>`).
+    pub rule: String,
+    /// `added`, `removed`, `changed` (its text) or `mode` (enforce ⇄ shadow only).
+    pub change: &'static str,
+    /// `enforce` or `shadow` before, if it existed.
+    pub mode_before: Option<&'static str>,
+    /// After, if it exists.
+    pub mode_after: Option<&'static str>,
+    /// The rule as written after (before, if removed).
+    pub text: String,
+}
+
+/// Every Cedar rule that differs between two policy folders, by namespace and id.
+pub fn rule_changes(old: &Registry, new: &Registry) -> Vec<RuleChange> {
+    use std::collections::BTreeMap;
+    let rules = |r: &Registry| -> BTreeMap<(String, String), crate::cedar::Rule> {
+        r.all_tool_policies()
+            .flat_map(|(ns, p)| {
+                p.rules()
+                    .iter()
+                    .map(move |(id, rule)| ((ns.to_string(), id.clone()), rule.clone()))
+            })
+            .collect()
+    };
+    let (before, after) = (rules(old), rules(new));
+    let keys: BTreeSet<&(String, String)> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter_map(|key| {
+            let (b, a) = (before.get(key), after.get(key));
+            let change = match (b, a) {
+                (None, Some(_)) => "added",
+                (Some(_), None) => "removed",
+                (Some(b), Some(a)) if b.text != a.text => "changed",
+                (Some(b), Some(a)) if b.mode != a.mode => "mode",
+                _ => return None,
+            };
+            let text = a.or(b).map(|r| r.text.clone()).unwrap_or_default();
+            Some(RuleChange {
+                namespace: key.0.clone(),
+                tool_policy: a.or(b).map(|r| r.tool_policy.clone()).unwrap_or_default(),
+                rule: key.1.clone(),
+                change,
+                mode_before: b.map(|r| r.mode.as_str()),
+                mode_after: a.map(|r| r.mode.as_str()),
+                text,
+            })
+        })
+        .collect()
+}
+
+/// The Cedar rules a change moves, for a pull-request comment (empty when none).
+pub fn rules_markdown(changes: &[RuleChange]) -> String {
+    if changes.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\n#### ToolPolicy rules\n\n");
+    for c in changes {
+        let what = match (c.change, c.mode_before, c.mode_after) {
+            ("added", _, Some(m)) => format!("adds {m} rule"),
+            ("removed", Some(m), _) => format!("removes {m} rule"),
+            ("mode", Some(b), Some(a)) => format!("switches rule from {b} to {a}:"),
+            (_, _, Some(m)) => format!("changes {m} rule"),
+            _ => "changes rule".into(),
+        };
+        let _ = writeln!(
+            s,
+            "- ToolPolicy `{}` (namespace `{}`) {what} `{}`",
+            c.tool_policy, c.namespace, c.rule
+        );
+        let _ = writeln!(
+            s,
+            "  ```cedar\n  {}\n  ```",
+            c.text.trim().replace('\n', "\n  ")
+        );
+    }
+    s
+}
+
+/// A call as recorded (a ToolCall export, the embedded runtime's store), to decide again.
+#[derive(Debug, Clone)]
+pub struct RecordedCall {
+    /// Namespace.
+    pub namespace: String,
+    /// Name (the call id).
+    pub name: String,
+    /// The spec as proposed.
+    pub spec: toolgate_crds::ToolCallSpec,
+    /// When it was decided (the replay decides at that time).
+    pub decided_at: Timestamp,
+    /// The decision recorded then, if any.
+    pub recorded: Option<toolgate_crds::DecisionOutcome>,
+}
+
+/// A recorded call the change would decide differently.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayChange {
+    /// `namespace/name`.
+    pub call: String,
+    /// The tool.
+    pub tool: String,
+    /// Who made it.
+    pub principal: String,
+    /// Decided under the folder before the change.
+    pub before: ReplayDecision,
+    /// Decided under the folder after it.
+    pub after: ReplayDecision,
+    /// What was recorded when it ran, if known.
+    pub recorded: Option<&'static str>,
+}
+
+/// One side of a replayed decision.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayDecision {
+    /// `allow`, `requireApproval` or `deny`.
+    pub outcome: &'static str,
+    /// The deciding reason code.
+    pub code: &'static str,
+    /// Its message.
+    pub message: String,
+}
+
+/// Decide every recorded call again under both folders, at the time it was decided, and keep
+/// those whose outcome differs. A replay asks what the policy would have said: calls are decided
+/// against the tools' current versions (their pinned digests are not compared), without
+/// approvals, dry runs or budgets (the recorded ones belong to the past).
+pub fn replay(old: &Registry, new: &Registry, calls: &[RecordedCall]) -> Vec<ReplayChange> {
+    use crate::decision::{CallUnderReview, decide_in};
+    let decide = |r: &Registry, c: &RecordedCall, spec: &toolgate_crds::ToolCallSpec| {
+        let principal =
+            Principal::new(spec.principal.clone()).with_groups(spec.principal_groups.clone());
+        decide_in(
+            r,
+            &CallUnderReview {
+                namespace: &c.namespace,
+                name: &c.name,
+                spec,
+                principal: &principal,
+                dry_runs: &[],
+                tool_policies: None,
+            },
+            &[],
+            c.decided_at,
+            &crate::args::ArgsLimits::default(),
+        )
+    };
+    let side = |d: &crate::decision::Decision| {
+        let last = d.reasons.last();
+        ReplayDecision {
+            outcome: crate::policy_test::outcome_name(d.outcome),
+            code: last.map_or("", |r| r.code),
+            message: last.map(|r| r.message.clone()).unwrap_or_default(),
+        }
+    };
+    calls
+        .iter()
+        .filter_map(|c| {
+            let mut spec = c.spec.clone();
+            spec.tool_ref.digest = None;
+            let (b, a) = (decide(old, c, &spec), decide(new, c, &spec));
+            (b.outcome != a.outcome).then(|| ReplayChange {
+                call: format!("{}/{}", c.namespace, c.name),
+                tool: spec.tool_ref.name.clone(),
+                principal: spec.principal.clone(),
+                before: side(&b),
+                after: side(&a),
+                recorded: c.recorded.map(crate::policy_test::outcome_name),
+            })
+        })
+        .collect()
+}
+
+/// A replay report for a pull-request comment.
+pub fn replay_markdown(replayed: usize, changes: &[ReplayChange]) -> String {
+    let mut s = format!("\n#### Replay of {replayed} recorded call(s)\n\n");
+    if changes.is_empty() {
+        s.push_str("No recorded call would be decided differently.\n");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{} call(s) would be decided differently:\n",
+        changes.len()
+    );
+    s.push_str("| call | tool | principal | before | after | why (after) |\n| --- | --- | --- | --- | --- | --- |\n");
+    for c in changes {
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {} | {} | {} ({}) |",
+            c.call,
+            c.tool,
+            c.principal,
+            c.before.outcome,
+            c.after.outcome,
+            c.after.message.replace('|', "\\|"),
+            c.after.code
         );
     }
     s

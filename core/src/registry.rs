@@ -301,6 +301,11 @@ impl Registry {
         }
     }
 
+    /// Every namespace's compiled ToolPolicies.
+    pub fn all_tool_policies(&self) -> impl Iterator<Item = (&str, &ToolPolicies)> {
+        self.tool_policies.iter().map(|(ns, p)| (ns.as_str(), p))
+    }
+
     /// A namespace's compiled ToolPolicies, if it has any.
     pub fn tool_policies(&self, namespace: &str) -> Option<&ToolPolicies> {
         self.tool_policies.get(namespace).filter(|p| !p.is_empty())

@@ -44,7 +44,7 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
                     let path = entry.path();
                     if path.is_dir() {
                         stack.push(path);
-                    } else if is_yaml(&path) {
+                    } else if is_yaml(&path) && !is_policy_test(&path) {
                         files.push(path);
                     }
                 }
@@ -60,6 +60,13 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
     let mut seen = std::collections::BTreeSet::new();
     files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     files
+}
+
+/// A policy test table (`toolgate policy test`), not a manifest.
+fn is_policy_test(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(toolgate_core::policy_test::SUFFIX))
 }
 
 fn is_yaml(p: &Path) -> bool {

@@ -215,3 +215,84 @@ fn toolgate_check_and_lint_apply_the_policies() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_over_the_embedded_store_reports_the_calls_a_change_would_refuse() {
+    let dir = setup();
+    let m = dir.path().join("manifests");
+    std::fs::write(m.join("tool-policies.yaml"), POLICIES).expect("policies");
+    let mut server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let mut drafts = Vec::new();
+    for i in 0..12 {
+        let msg = if i % 4 == 0 {
+            format!("draft {i}")
+        } else {
+            format!("hello {i}")
+        };
+        let call = submit(
+            &mut c,
+            "test.echo",
+            serde_json::json!({"msg": msg}),
+            "execute",
+        )
+        .await;
+        let call = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+        assert_eq!(call.phase, "Succeeded");
+        if i % 4 == 0 {
+            drafts.push(format!("team-a/{}", call.id));
+        }
+    }
+    server.stop();
+    // The pull request: the draft trial becomes a rule.
+    let after = dir.path().join("after");
+    std::fs::create_dir_all(after.join("tools")).expect("after");
+    for entry in walk(&m) {
+        let rel = entry.strip_prefix(&m).expect("rel");
+        std::fs::copy(&entry, after.join(rel)).expect("copy");
+    }
+    std::fs::write(
+        after.join("tool-policies.yaml"),
+        POLICIES.replace("mode: shadow", "mode: enforce"),
+    )
+    .expect("after");
+    let out = std::process::Command::new(toolgate_binary())
+        .args(["diff", "-o", "json", "--replay"])
+        .arg(dir.path().join("data"))
+        .arg(&m)
+        .arg(&after)
+        .output()
+        .expect("diff");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["replay"]["calls"], 12);
+    let changed: Vec<&str> = v["replay"]["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .filter_map(|c| c["call"].as_str())
+        .collect();
+    let mut want: Vec<&str> = drafts.iter().map(String::as_str).collect();
+    want.sort();
+    let mut got = changed.clone();
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(v["rules"][0]["change"], "mode", "{}", v["rules"]);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

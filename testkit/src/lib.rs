@@ -202,7 +202,10 @@ pub fn manifests(path: &str, ns: &str) -> String {
             let p = e.expect("entry").path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "yaml") {
+            } else if p.extension().is_some_and(|x| x == "yaml")
+                // Policy test tables (`toolgate policy test`) are not objects.
+                && !p.to_string_lossy().ends_with(".policytest.yaml")
+            {
                 files.push(p);
             }
         }

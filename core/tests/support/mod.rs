@@ -47,7 +47,11 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
             let p = e.expect("entry").path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "yaml") {
+            } else if p.extension().is_some_and(|e| e == "yaml")
+                && !p
+                    .to_string_lossy()
+                    .ends_with(toolgate_core::policy_test::SUFFIX)
+            {
                 files.push(p);
             }
         }

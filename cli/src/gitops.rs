@@ -1,0 +1,254 @@
+//! The commands a pull request runs: `toolgate policy test DIR` (table tests of decisions) and
+//! the recorded calls `toolgate diff --replay` decides again.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use toolgate_core::policy_diff::RecordedCall;
+use toolgate_core::policy_test::{self, CaseResult, PolicyTestFile};
+use toolgate_core::registry::Registry;
+
+use crate::exit::EXIT_BAD_MANIFESTS;
+use crate::out::outln;
+use crate::policy_cmds::{Output, load, parse_now};
+
+/// The policy test tables under a folder (`*.policytest.yaml`), in a stable order.
+fn test_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(policy_test::SUFFIX))
+            {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Read a table, naming the field at fault.
+fn read_table(path: &Path) -> anyhow::Result<PolicyTestFile> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let value: serde_json::Value =
+        serde_norway::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {}: {}",
+            path.display(),
+            match e.path().to_string().as_str() {
+                "." => "(top level)".to_string(),
+                p => p.to_string(),
+            },
+            e.inner()
+        )
+    })
+}
+
+/// `toolgate policy test DIR`: lint DIR's manifests, run every table under it, report each case;
+/// 0 when all pass, 1 when one fails, 2 when the manifests or a table cannot be read.
+pub fn policy_test(dir: &Path, output: Output, now: Option<&str>) -> anyhow::Result<ExitCode> {
+    let now = parse_now(now)?;
+    if !dir.is_dir() {
+        bail!(
+            "{}: expected a folder of manifests and *{} tables",
+            dir.display(),
+            policy_test::SUFFIX
+        );
+    }
+    let report = match load(&[dir.to_path_buf()], None, now)? {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    let registry = Registry::from_objects(&report.objects);
+    let files = test_files(dir);
+    if files.is_empty() {
+        bail!(
+            "{}: no policy tests (files named *{})",
+            dir.display(),
+            policy_test::SUFFIX
+        );
+    }
+    let mut all: Vec<(String, CaseResult)> = Vec::new();
+    for f in &files {
+        let table = match read_table(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("toolgate: {e}");
+                return Ok(ExitCode::from(EXIT_BAD_MANIFESTS));
+            }
+        };
+        match policy_test::run(&registry, &table, now) {
+            Ok(results) => all.extend(results.into_iter().map(|r| (f.display().to_string(), r))),
+            Err(e) => {
+                eprintln!("toolgate: {}: {e}", f.display());
+                return Ok(ExitCode::from(EXIT_BAD_MANIFESTS));
+            }
+        }
+    }
+    let failed = all.iter().filter(|(_, r)| !r.passed).count();
+    match output {
+        Output::Json => {
+            let items: Vec<serde_json::Value> = all
+                .iter()
+                .map(|(file, r)| serde_json::json!({"file": file, "case": r}))
+                .collect();
+            outln!("{}", serde_json::to_string_pretty(&items)?);
+        }
+        Output::Text => {
+            for (file, r) in &all {
+                let got = policy_test::outcome_name(r.decision.outcome);
+                let why = r
+                    .decision
+                    .reasons
+                    .last()
+                    .map(|x| format!("{} ({})", x.message, x.code))
+                    .unwrap_or_default();
+                if r.passed {
+                    outln!("PASS {file}: {} ({got})", r.name);
+                } else {
+                    outln!(
+                        "FAIL {file}: {}: expected {}, got {got}: {why}",
+                        r.name,
+                        r.expected
+                    );
+                }
+            }
+            outln!(
+                "{} case(s) in {} table(s): {} passed, {failed} failed",
+                all.len(),
+                files.len(),
+                all.len() - failed
+            );
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The calls recorded at `path`: a `toolgate local` data folder (its store), or files of
+/// ToolCall objects (`kubectl get toolcalls -o yaml` or `-o json`: a List, or documents).
+pub fn recorded_calls(path: &Path) -> anyhow::Result<Vec<RecordedCall>> {
+    if path.join("toolgate.redb").is_file() {
+        return from_store(path);
+    }
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| path.display().to_string())?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    } else if path.is_file() {
+        vec![path.to_path_buf()]
+    } else {
+        bail!(
+            "--replay {}: expected a toolgate local data folder or ToolCall exports",
+            path.display()
+        );
+    };
+    let mut calls = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).with_context(|| f.display().to_string())?;
+        for (i, doc) in serde_norway::Deserializer::from_str(&text).enumerate() {
+            use serde::Deserialize;
+            let v = serde_json::Value::deserialize(doc)
+                .with_context(|| format!("{} document {i}: not YAML or JSON", f.display()))?;
+            let items = match v["kind"].as_str() {
+                Some("List" | "ToolCallList") => v["items"].as_array().cloned().unwrap_or_default(),
+                Some("ToolCall") => vec![v],
+                _ => continue,
+            };
+            for (j, item) in items.iter().enumerate() {
+                calls.push(
+                    exported(item)
+                        .with_context(|| format!("{} document {i} item {j}", f.display()))?,
+                );
+            }
+        }
+    }
+    Ok(calls)
+}
+
+/// A ToolCall object as a recorded call.
+fn exported(v: &serde_json::Value) -> anyhow::Result<RecordedCall> {
+    let name = v["metadata"]["name"]
+        .as_str()
+        .context("metadata.name: expected the call's name")?;
+    let namespace = v["metadata"]["namespace"].as_str().unwrap_or("default");
+    let spec: toolgate_crds::ToolCallSpec = serde_path_to_error::deserialize(&v["spec"])
+        .map_err(|e| anyhow::anyhow!("{name}: spec.{}: {}", e.path(), e.inner()))?;
+    let status: toolgate_crds::ToolCallStatus = v
+        .get("status")
+        .map(serde_path_to_error::deserialize)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{name}: status.{}: {}", e.path(), e.inner()))?
+        .unwrap_or_default();
+    let created = v["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse().ok());
+    Ok(RecordedCall {
+        namespace: namespace.into(),
+        name: name.into(),
+        decided_at: decided_at(&status)
+            .or(created)
+            .unwrap_or_else(jiff::Timestamp::now),
+        recorded: status.authorization.as_ref().map(|a| a.decision),
+        spec,
+    })
+}
+
+fn decided_at(status: &toolgate_crds::ToolCallStatus) -> Option<jiff::Timestamp> {
+    status
+        .authorization
+        .as_ref()
+        .and_then(|a| a.decided_at)
+        .map(|t| t.0)
+}
+
+/// Every call of a `toolgate local` store.
+fn from_store(data: &Path) -> anyhow::Result<Vec<RecordedCall>> {
+    let store = toolgate_local::store::Store::open(data).with_context(|| {
+        format!(
+            "--replay {}: the store could not be opened (stop the toolgate local using it, or copy the folder)",
+            data.display()
+        )
+    })?;
+    let records = store
+        .scan(None, usize::MAX, |_| true)
+        .with_context(|| format!("--replay {}", data.display()))?;
+    Ok(records
+        .into_iter()
+        .map(|r| {
+            let mut spec = r.spec;
+            if spec.principal_groups.is_empty() {
+                spec.principal_groups = r.groups;
+            }
+            RecordedCall {
+                decided_at: decided_at(&r.status).unwrap_or(r.created_at),
+                recorded: r.status.authorization.as_ref().map(|a| a.decision),
+                namespace: r.namespace,
+                name: r.id,
+                spec,
+            }
+        })
+        .collect())
+}
