@@ -195,9 +195,25 @@ fn main() {
                 last = Some(e.expect("event"));
             }
             assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+            call.id
         })
     };
-    let governed = sample(60, &mut round_trip);
+    let mut last_call = String::new();
+    let governed = sample(60, || last_call = round_trip());
+    // One unary RPC on an open channel: what every GetCall, ApproveCall and ProposeCall pays on
+    // top of its work (40 ms of it was Nagle's algorithm on the server's sockets).
+    let unary = sample(200, || {
+        rt.block_on(async {
+            let mut r = tonic::Request::new(pb::GetCallRequest {
+                id: last_call.clone(),
+            });
+            r.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {TOKEN}").parse().expect("h"),
+            );
+            client.get_call(r).await.expect("get");
+        })
+    });
     let _ = server.kill();
     let _ = server.wait();
 
@@ -212,6 +228,10 @@ fn main() {
         sandboxed.0,
         sandboxed.1,
         ratio(sandboxed.0, plain.0)
+    );
+    println!(
+        "  unary GetCall, open channel  {:>9.2?} / {:>9.2?}",
+        unary.0, unary.1
     );
     println!(
         "  governed round trip          {:>9.2?} / {:>9.2?}   {:.1}x plain, {:.1}x the bare sandbox",

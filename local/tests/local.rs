@@ -912,3 +912,40 @@ async fn an_egress_allowlist_for_a_process_is_refused_not_opened() {
         "nothing ran"
     );
 }
+
+/// Clients that speak only the older reflection protocol (grpcurl before 1.8, Python's
+/// grpc_requests) list the services too.
+#[tokio::test(flavor = "multi_thread")]
+async fn reflection_v1alpha_lists_the_services_too() {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(futures::stream::iter([request]))
+        .await
+        .expect("v1alpha reflection")
+        .into_inner();
+    let first = responses.next().await.expect("a response").expect("ok");
+    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else {
+        panic!("unexpected response {first:?}");
+    };
+    assert!(
+        list.service
+            .iter()
+            .any(|s| s.name == "toolgate.v1.Toolgate"),
+        "{list:?}"
+    );
+}
