@@ -12,4 +12,4 @@ pub mod validate;
 
 pub use auth::{Authenticator, Caller, TokenFile};
 pub use error::ApiError;
-pub use service::{Backend, BoxStream, serve};
+pub use service::{Backend, BoxStream, TlsFiles, serve};

@@ -1,6 +1,7 @@
 //! The command-line client of the gRPC API: `call`, `get`, `list`, `watch`, `approve`, `deny`,
 //! `cancel`, `explain`, `artifact`, and `view` against a running server.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::out::{out, outln};
@@ -24,6 +25,35 @@ pub struct Conn {
     /// Bearer token (from the server's tokens file).
     #[arg(long, env = "TOOLGATE_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+    /// CA bundle (PEM) the server's certificate must chain to, for an `https://` server
+    /// (default: the system's roots).
+    #[arg(long, env = "TOOLGATE_CA", global = true)]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM), for a server that requires one (mutual TLS).
+    #[arg(
+        long,
+        env = "TOOLGATE_CLIENT_CERT",
+        global = true,
+        requires = "client_key"
+    )]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        env = "TOOLGATE_CLIENT_KEY",
+        global = true,
+        requires = "client_cert"
+    )]
+    pub client_key: Option<PathBuf>,
+}
+
+/// How a client reaches an `https://` server.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// CA bundle (PEM); the system's roots when absent.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key (PEM).
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// A connected client.
@@ -33,10 +63,35 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connect.
-    pub async fn connect(server: &str, token: &str) -> anyhow::Result<Client> {
-        let channel = Channel::from_shared(server.to_string())
-            .with_context(|| format!("--server {server}: not a URL"))?
+    /// Connect (over TLS to an `https://` server).
+    pub async fn connect(server: &str, token: &str, tls: &Tls) -> anyhow::Result<Client> {
+        let mut endpoint = Channel::from_shared(server.to_string())
+            .with_context(|| format!("--server {server}: not a URL"))?;
+        if server.starts_with("https://") {
+            let read = |what: &str, p: &Path| {
+                std::fs::read(p).with_context(|| format!("{what} {}", p.display()))
+            };
+            let mut config = tonic::transport::ClientTlsConfig::new();
+            config = match &tls.ca {
+                Some(ca) => config
+                    .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca", ca)?)),
+                None => config.with_native_roots(),
+            };
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(tonic::transport::Identity::from_pem(
+                    read("--client-cert", cert)?,
+                    read("--client-key", key)?,
+                ));
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .with_context(|| format!("--server {server}: TLS configuration"))?;
+        } else if tls.ca.is_some() || tls.identity.is_some() {
+            anyhow::bail!(
+                "--server {server}: --ca and --client-cert are for an https:// server; this one is plain http"
+            );
+        }
+        let channel = endpoint
             .connect()
             .await
             .with_context(|| format!("connecting to {server}"))?;
@@ -52,7 +107,11 @@ impl Client {
             .token
             .as_deref()
             .context("no token: pass --token or set TOOLGATE_TOKEN")?;
-        Client::connect(&conn.server, token).await
+        let tls = Tls {
+            ca: conn.ca.clone(),
+            identity: conn.client_cert.clone().zip(conn.client_key.clone()),
+        };
+        Client::connect(&conn.server, token, &tls).await
     }
 
     /// A request with the bearer token.

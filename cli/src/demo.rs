@@ -283,7 +283,8 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     let auth: Arc<dyn Authenticator> = Arc::new(tokens);
 
     let started =
-        crate::local_cmd::start(&manifests, &data, &workspace, "127.0.0.1:0", broker).await?;
+        crate::local_cmd::start(&manifests, &data, &workspace, "127.0.0.1:0", false, broker)
+            .await?;
     let addr = started.addr;
     let runtime = Arc::new(started.runtime);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -291,13 +292,15 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         runtime,
         auth,
         started.listener,
+        None,
         async {
             let _ = stop_rx.await;
         },
     ));
     let url = format!("http://{addr}");
-    let mut agent = Client::connect(&url, &agent_token).await?;
-    let mut reviewer = Client::connect(&url, &reviewer_token).await?;
+    let plain = crate::client::Tls::default();
+    let mut agent = Client::connect(&url, &agent_token, &plain).await?;
+    let mut reviewer = Client::connect(&url, &reviewer_token, &plain).await?;
     let mut story = Story { seen: Vec::new() };
 
     story.say(&format!("toolgate demo — an agent fixes a failing test\n  runtime: toolgate local on {addr} (gRPC), data in {}\n  agent:   {FIXER}\n  human:   {REVIEWER} (may approve calls in team-a)\n  The scenario files an issue on GitHub; there is no internet here, so a local HTTP service on {tracker} stands in for api.github.com, and the demo's copy of the github-api sandbox policy allows 127.0.0.1 instead.", data.display()));

@@ -25,10 +25,19 @@ pub struct LocalArgs {
     /// The workspace the sandbox policies' roots refer to.
     #[arg(long, default_value = ".")]
     pub workspace: PathBuf,
-    /// Address to serve the gRPC API on: loopback only (the API has no TLS yet, and bearer tokens
-    /// must not cross a network in clear).
+    /// Address to serve the gRPC API on. Without TLS, loopback only: bearer tokens must not
+    /// cross a network in clear.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: String,
+    /// Serve TLS with this certificate chain (PEM); then any address may be listened on.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates chaining to this CA (PEM): mutual TLS.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Bearer tokens: a YAML list of {token, principal, groups, approverIn}, mode 600
     /// (default: tokens.yaml in the data folder).
     #[arg(long)]
@@ -95,6 +104,7 @@ pub async fn start(
     data: &Path,
     workspace: &Path,
     listen: &str,
+    tls: bool,
     broker: Arc<dyn CredentialBroker>,
 ) -> anyhow::Result<Started> {
     let workspace = std::fs::canonicalize(workspace)
@@ -123,9 +133,11 @@ pub async fn start(
         .await
         .with_context(|| format!("--listen {listen}: expected host:port"))?
         .collect();
-    if let Some(open) = listen_addrs.iter().find(|a| !a.ip().is_loopback()) {
+    if let Some(open) = listen_addrs.iter().find(|a| !a.ip().is_loopback())
+        && !tls
+    {
         anyhow::bail!(
-            "--listen {listen}: {} is not a loopback address. The API serves bearer tokens without TLS, so toolgate local listens on loopback only (127.0.0.1 or [::1]); reach it from elsewhere through an SSH tunnel or a TLS-terminating proxy",
+            "--listen {listen}: {} is not a loopback address. Without TLS the API would take bearer tokens in clear, so toolgate local then listens on loopback only (127.0.0.1 or [::1]); give --tls-cert and --tls-key to serve elsewhere",
             open.ip()
         );
     }
@@ -178,11 +190,37 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             Some(p) => Arc::new(FileBroker::load(p)?),
             None => Arc::new(NoBroker),
         };
-        let started = start(&args.manifests, &data, &args.workspace, &args.listen, broker).await?;
+        let tls = args
+            .tls_cert
+            .clone()
+            .zip(args.tls_key.clone())
+            .map(|(cert, key)| toolgate_api::TlsFiles {
+                cert,
+                key,
+                client_ca: args.tls_client_ca.clone(),
+            });
+        if let Some(t) = &tls {
+            // Refused here, before anything starts, rather than by the server once bound.
+            t.server_config()?;
+        }
+        let started = start(
+            &args.manifests,
+            &data,
+            &args.workspace,
+            &args.listen,
+            tls.is_some(),
+            broker,
+        )
+        .await?;
         let loaded = started.runtime.loaded();
         outln!(
-            "toolgate local: serving toolgate.v1 on {} ({} tools, {} objects from {}; data in {})",
+            "toolgate local: serving toolgate.v1 on {} ({}{} tools, {} objects from {}; data in {})",
             started.addr,
+            match (&tls, args.tls_client_ca.is_some()) {
+                (Some(_), true) => "TLS with client certificates; ",
+                (Some(_), false) => "TLS; ",
+                (None, _) => "",
+            },
             loaded.policies.registry.tool_count(),
             loaded.policies.objects.len(),
             args.manifests.display(),
@@ -192,6 +230,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             Arc::new(started.runtime),
             auth,
             started.listener,
+            tls.as_ref(),
             shutdown_signal(),
         )
         .await?;

@@ -80,6 +80,16 @@ struct Args {
     /// token (TokenReview) and RBAC decides what they may read and approve.
     #[arg(long)]
     grpc_addr: Option<std::net::SocketAddr>,
+    /// Serve the agent API over TLS with this certificate chain (PEM): callers send their
+    /// Kubernetes tokens, which must not cross the network in clear.
+    #[arg(long, requires = "grpc_tls_key")]
+    grpc_tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "grpc_tls_cert")]
+    grpc_tls_key: Option<std::path::PathBuf>,
+    /// Require client certificates chaining to this CA (PEM): mutual TLS.
+    #[arg(long, requires = "grpc_tls_cert")]
+    grpc_tls_client_ca: Option<std::path::PathBuf>,
     /// Address of `/metrics`, `/livez` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     health_addr: std::net::SocketAddr,
@@ -197,7 +207,19 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
             artifacts: config.artifacts.clone(),
             cache: cache.clone(),
         };
-        serve_agent_api(addr, backend).await?;
+        let tls = args
+            .grpc_tls_cert
+            .clone()
+            .zip(args.grpc_tls_key.clone())
+            .map(|(cert, key)| toolgate_api::TlsFiles {
+                cert,
+                key,
+                client_ca: args.grpc_tls_client_ca.clone(),
+            });
+        if tls.is_none() {
+            tracing::warn!(%addr, "the agent API serves without TLS: callers' tokens cross the network in clear; give --grpc-tls-cert and --grpc-tls-key");
+        }
+        serve_agent_api(addr, tls, backend).await?;
     }
     if !args.no_leader_election {
         ops::lead(client.clone(), lease_config(&args)).await;
@@ -223,21 +245,26 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
 /// Serve the `toolgate.v1` agent API on `addr` (every replica, leader or not).
 async fn serve_agent_api(
     addr: std::net::SocketAddr,
+    tls: Option<toolgate_api::TlsFiles>,
     backend: api::KubeBackend,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
+    if let Some(t) = &tls {
+        t.server_config()?;
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("--grpc-addr {addr}"))?;
     let auth = std::sync::Arc::new(api::TokenReviewAuth {
         client: backend.client.clone(),
     });
-    tracing::info!(%addr, "serving the toolgate.v1 agent API");
+    tracing::info!(%addr, tls = tls.is_some(), "serving the toolgate.v1 agent API");
     tokio::spawn(async move {
         if let Err(e) = toolgate_api::serve(
             std::sync::Arc::new(backend),
             auth,
             listener,
+            tls.as_ref(),
             std::future::pending(),
         )
         .await

@@ -724,7 +724,10 @@ fn the_agent_api_on_the_cluster() {
     use toolgate_proto::v1 as pb;
     let port = support::free_port();
     let grpc = format!("127.0.0.1:{port}");
-    let Some(c) = cluster_with("tg-grpc", &["--grpc-addr", &grpc]) else {
+    // The agent API over TLS, as the chart serves it.
+    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let Some(c) = cluster_with("tg-grpc", &tls) else {
         return;
     };
     let ns = c.ns.clone();
@@ -741,7 +744,12 @@ fn the_agent_api_on_the_cluster() {
         .build()
         .expect("rt");
     rt.block_on(async {
-        let mut api = support::grpc_client(&grpc).await;
+        let mut api = toolgate_testkit::api::grpc_tls_client(&grpc).await;
+        // Plain text is refused: no token crosses in clear.
+        assert!(
+            toolgate_testkit::api::plain_call_fails(&grpc, &agent).await,
+            "the agent API answered over plain text"
+        );
         use support::authorized as req;
         let proposal = |tool: &str, args: &str, key: &str| pb::ProposeCallRequest {
             namespace: ns.clone(),

@@ -133,3 +133,86 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
         "charts/toolgate/templates/admission.yaml drifted from crds/admission/identity.yaml"
     );
 }
+
+/// The agent API serves TLS by default: the chart generates a self-signed certificate the
+/// operator accepts, or uses the Secret it is given.
+#[test]
+fn the_chart_serves_the_agent_api_over_tls_by_default() {
+    if !have_cluster() {
+        return;
+    }
+    let args_of = |docs: &[serde_json::Value]| -> Vec<String> {
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].as_array())
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect()
+    };
+    let docs = documents(&helm_template(&["--namespace", "toolgate-system"]));
+    let args = args_of(&docs);
+    assert!(
+        args.contains(&"--grpc-tls-cert=/etc/toolgate/grpc-tls/tls.crt".to_string()),
+        "{args:?}"
+    );
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "toolgate-operator-grpc-tls")
+        .expect("a generated certificate");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    // What the chart generated is what the operator loads.
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().expect("tmp");
+    let decode = |k: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"][k].as_str().expect("field"))
+            .expect("base64")
+    };
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, decode("tls.crt")).expect("cert");
+    std::fs::write(&key, decode("tls.key")).expect("key");
+    let pem = String::from_utf8(decode("tls.crt")).expect("pem");
+    assert!(pem.contains("BEGIN CERTIFICATE"), "{pem}");
+    toolgate_api::TlsFiles {
+        cert,
+        key,
+        client_ca: None,
+    }
+    .server_config()
+    .expect("the operator accepts the generated certificate");
+
+    // A certificate of one's own (cert-manager): no generated Secret, the volume names it.
+    let docs = documents(&helm_template(&[
+        "--namespace",
+        "toolgate-system",
+        "--set",
+        "grpc.tls.secretName=toolgate-api-cert",
+        "--set",
+        "grpc.tls.clientCaSecretName=agents-ca",
+    ]));
+    assert!(!docs
+        .iter()
+        .any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "toolgate-operator-grpc-tls"));
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"].to_string();
+    assert!(
+        volumes.contains("toolgate-api-cert") && volumes.contains("agents-ca"),
+        "{volumes}"
+    );
+    assert!(
+        args_of(&docs)
+            .contains(&"--grpc-tls-client-ca=/etc/toolgate/grpc-client-ca/ca.crt".to_string())
+    );
+    // Switched off (behind a TLS-terminating proxy): plain, and nothing mounted for it.
+    let docs = documents(&helm_template(&[
+        "--namespace",
+        "toolgate-system",
+        "--set",
+        "grpc.tls.enabled=false",
+    ]));
+    assert!(!args_of(&docs).iter().any(|a| a.starts_with("--grpc-tls")));
+}

@@ -537,7 +537,9 @@ async fn run(
 fn the_demo_through_grpc() {
     let port = support::free_port();
     let grpc = format!("127.0.0.1:{port}");
-    let Some(d) = Demo::start("tg-demo-grpc", &["--grpc-addr", &grpc]) else {
+    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let Some(d) = Demo::start("tg-demo-grpc", &tls) else {
         return;
     };
     let ns = d.ns.clone();
@@ -548,7 +550,7 @@ fn the_demo_through_grpc() {
         .expect("rt");
     let mut shown = String::new();
     rt.block_on(async {
-        let mut api = support::grpc_client(&grpc).await;
+        let mut api = toolgate_testkit::api::grpc_tls_client(&grpc).await;
         // 1. The tool view for the intent.
         let view = api
             .get_tool_view(req(

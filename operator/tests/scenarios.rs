@@ -140,7 +140,9 @@ async fn cluster() -> Option<Backend> {
     ok(&["apply", "-f", "-"], Some(&manifests(&ns)));
     support::apply_agent_access(&ns);
     let grpc = format!("127.0.0.1:{}", support::free_port());
-    let operator = start_operator(&ns, &["--grpc-addr", &grpc]);
+    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let operator = start_operator(&ns, &tls);
     let emulator = node_emulator::start(NodeConfig {
         namespace: ns.clone(),
         executor: node_emulator::executor_binary(),
@@ -148,7 +150,7 @@ async fn cluster() -> Option<Backend> {
     });
     Some(Backend {
         name: "cluster",
-        client: support::grpc_client(&grpc).await,
+        client: toolgate_testkit::api::grpc_tls_client(&grpc).await,
         agent: token_of("agent"),
         reviewer: token_of("reviewer"),
         namespace: ns,

@@ -17,15 +17,94 @@ pub fn authorized<T>(token: &str, msg: T) -> tonic::Request<T> {
     r
 }
 
+/// A self-signed certificate for 127.0.0.1 and localhost, made once per test process: what an
+/// operator under test serves its agent API with (`--grpc-tls-cert`, `--grpc-tls-key`).
+pub struct TestTls {
+    /// Certificate (PEM); also the clients' CA.
+    pub cert: std::path::PathBuf,
+    /// Key (PEM).
+    pub key: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TestTls {
+    /// The shared certificate.
+    pub fn get() -> &'static TestTls {
+        static TLS: std::sync::OnceLock<TestTls> = std::sync::OnceLock::new();
+        TLS.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("tmp");
+            let ck =
+                rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+                    .expect("certificate");
+            let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+            std::fs::write(&cert, ck.cert.pem()).expect("cert");
+            std::fs::write(&key, ck.signing_key.serialize_pem()).expect("key");
+            TestTls {
+                cert,
+                key,
+                _dir: dir,
+            }
+        })
+    }
+
+    /// The operator's arguments serving the agent API on `addr` over TLS.
+    pub fn operator_args(&self, addr: &str) -> Vec<String> {
+        vec![
+            "--grpc-addr".into(),
+            addr.into(),
+            "--grpc-tls-cert".into(),
+            self.cert.display().to_string(),
+            "--grpc-tls-key".into(),
+            self.key.display().to_string(),
+        ]
+    }
+}
+
 /// A client of the API at `addr` (`host:port`), once it answers (30 s at most).
 pub async fn grpc_client(addr: &str) -> ToolgateClient<Channel> {
+    connect_when_up(addr, None).await
+}
+
+/// Whether a plain-text call to a TLS server at `addr` fails (it must).
+pub async fn plain_call_fails(addr: &str, token: &str) -> bool {
+    let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+    else {
+        return true;
+    };
+    ToolgateClient::new(channel)
+        .list_calls(authorized(
+            token,
+            toolgate_proto::v1::ListCallsRequest::default(),
+        ))
+        .await
+        .is_err()
+}
+
+/// A TLS client of the API at `addr`, trusting [`TestTls`]'s certificate.
+pub async fn grpc_tls_client(addr: &str) -> ToolgateClient<Channel> {
+    connect_when_up(addr, Some(TestTls::get())).await
+}
+
+async fn connect_when_up(addr: &str, tls: Option<&TestTls>) -> ToolgateClient<Channel> {
     let deadline = Instant::now() + Duration::from_secs(30);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     loop {
-        match Channel::from_shared(format!("http://{addr}"))
-            .expect("url")
-            .connect()
-            .await
-        {
+        let mut endpoint = Channel::from_shared(format!("{scheme}://{addr}")).expect("url");
+        if let Some(t) = tls {
+            endpoint = endpoint
+                .tls_config(
+                    tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(tonic::transport::Certificate::from_pem(
+                            std::fs::read(&t.cert).expect("ca"),
+                        ))
+                        .domain_name("localhost"),
+                )
+                .expect("tls");
+        }
+        match endpoint.connect().await {
             Ok(ch) => return ToolgateClient::new(ch),
             Err(e) => {
                 assert!(

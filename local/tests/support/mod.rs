@@ -179,10 +179,15 @@ impl Server {
     /// A server on `root`'s manifests, tokens and secrets with its data folder and workspace
     /// where the test says.
     pub fn start_in(root: &Path, data: &Path, workspace: &Path) -> Server {
+        Server::start_with(root, data, workspace, &["--listen", "127.0.0.1:0"])
+    }
+
+    /// A server with these arguments added (`--listen` among them).
+    pub fn start_with(root: &Path, data: &Path, workspace: &Path, extra: &[&str]) -> Server {
         let mut child = local_command(root, data, workspace)
             .arg("--secrets")
             .arg(root.join("secrets.yaml"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
