@@ -165,6 +165,10 @@ pub fn lifecycle_of(
     if poisoned(Severity::Warning) && !reviewed {
         return Lifecycle::Verified;
     }
+    // No runtime runs MCP tools yet: such a tool checks, but is never shown or called.
+    if spec.execution.adapter == toolgate_crds::ExecutionAdapter::Mcp {
+        return Lifecycle::Verified;
+    }
     if spec.deprecation.is_some() {
         return Lifecycle::Deprecated;
     }

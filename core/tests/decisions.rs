@@ -254,6 +254,12 @@ fn lifecycle_and_provenance() {
             json!("untrusted"),
             Lifecycle::Blocked,
         ),
+        // No runtime runs MCP tools yet: checked, never callable.
+        (
+            "/spec/execution",
+            json!({"adapter": "mcp", "timeoutMs": 5000}),
+            Lifecycle::Verified,
+        ),
     ];
     for (pointer, value, lifecycle) in cases {
         let r = registry_with("ToolDescriptor", "file.read", |v| {

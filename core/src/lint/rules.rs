@@ -449,6 +449,15 @@ fn descriptor(
         }
     }
 
+    if d.execution.adapter == ExecutionAdapter::Mcp {
+        out.push((
+            Severity::Warning,
+            "spec.execution.adapter".into(),
+            "adapter-not-runnable",
+            "neither runtime runs the mcp adapter yet: the tool stays verified (out of every view, never callable) until it does".into(),
+        ));
+    }
+
     // Anything that executes needs a resolved sandbox (invariant 10).
     let ns = obj.meta.namespace();
     let executes = matches!(
