@@ -6,6 +6,8 @@
 #   - helm (built with go, cached under ~/.cache/toolgate/helm) for the chart's tests;
 #   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
+#   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
+#     after the cargo tests on a full run.
 # Arguments are passed to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,3 +50,14 @@ eval "$CLUSTER"
 trap 'tests/cluster/down.sh "$TOOLGATE_CLUSTER_DIR"' EXIT
 
 cargo test --workspace --locked --no-fail-fast "$@"
+
+# The Python client (clients/python) against a real `toolgate local`, on full runs only (the
+# arguments above select cargo tests). Its stubs are generated from proto/ when pip builds it.
+if [ "$#" -eq 0 ]; then
+  PYVENV="$CACHE/pyclient"
+  [ -x "$PYVENV/bin/python" ] || python3 -m venv "$PYVENV"
+  log "installing the Python client into $PYVENV"
+  "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check './clients/python[test]'
+  TOOLGATE_BINARY="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/toolgate" \
+    "$PYVENV/bin/python" -m pytest -q clients/python/tests
+fi

@@ -1,0 +1,88 @@
+"""A real `toolgate local` for the client's tests: the example manifests plus a tool that always
+needs an approval, two tokens (the fixer agent, reviewer alice), a workspace with one file."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+AGENT = "agent-token-0123456789abcdef"
+REVIEWER = "reviewer-token-0123456789abcdef"
+
+GATED = """apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {name: test.gated, namespace: team-a}
+spec:
+  canonicalName: test.gated
+  version: "1.0.0"
+  source: {type: cli, packageName: coreutils}
+  description:
+    summary: Echo a message after approval.
+    useWhen: ["testing toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {actionTypes: [execute], domains: [test]}
+  schemas:
+    inputSchema:
+      type: object
+      additionalProperties: false
+      properties:
+        msg: {type: string, maxLength: 64}
+  effects: {reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: false, reversible: true, dryRunSupported: false}
+  risk: {level: low, destructive: false, openWorld: false}
+  permissions: {approvalPolicy: always, requiredScopes: ["workspace:read"]}
+  sandboxPolicyRef: {name: read-only}
+  contextPolicy: {exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}
+  execution: {adapter: cli, argv: [echo, "{{msg}}"], timeoutMs: 20000}
+  provenance: {trustLevel: first_party}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {name: python-tests, namespace: team-a}
+spec:
+  subjects: [{kind: ServiceAccount, name: fixer, namespace: team-a}]
+  tools: {names: [test.gated]}
+  scopes: ["workspace:read"]
+"""
+
+
+def binary() -> str:
+    b = os.environ.get("TOOLGATE_BINARY")
+    if not b or not os.access(b, os.X_OK):
+        pytest.fail("TOOLGATE_BINARY must name the built toolgate binary (tests/run.sh sets it)")
+    return b
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toolgate")
+    manifests = root / "manifests"
+    shutil.copytree(ROOT / "examples", manifests, ignore=shutil.ignore_patterns("calls", "*.policytest.yaml"))
+    (manifests / "python-tests.yaml").write_text(GATED)
+    ws = root / "workspace"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "serializer.ts").write_text("export const formatDate = (d: Date) => d.toISOString();\n")
+    tokens = root / "tokens.yaml"
+    tokens.write_text(
+        f'- {{token: {AGENT}, principal: "system:serviceaccount:team-a:fixer"}}\n'
+        f"- {{token: {REVIEWER}, principal: alice@example.com, approverIn: [team-a]}}\n"
+    )
+    tokens.chmod(0o600)
+    proc = subprocess.Popen(
+        [binary(), "local", "--manifests", str(manifests), "--workspace", str(ws),
+         "--data", str(root / "data"), "--tokens", str(tokens), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+        env={**os.environ, "RUST_LOG": "warn"},
+    )
+    line = proc.stdout.readline()
+    if "serving toolgate.v1 on " not in line:
+        proc.kill()
+        pytest.fail(f"toolgate local did not start: {line!r}")
+    addr = line.split("serving toolgate.v1 on ")[1].split(" ")[0]
+    yield addr
+    proc.terminate()
+    proc.wait(timeout=10)

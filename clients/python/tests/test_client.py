@@ -1,0 +1,80 @@
+"""The Python client against a real `toolgate local`."""
+
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from toolgate import Client, ToolgateError
+
+from conftest import AGENT, REVIEWER, ROOT
+
+
+def test_view_is_ready_for_a_model_sdk(server):
+    with Client(server, token=AGENT) as tg:
+        view = tg.view("read the serializer source file", format="openai", max_tools=4, explain=True)
+    assert view.tools and all(t["type"] == "function" for t in view.tools)
+    names = [t["function"]["name"] for t in view.tools]
+    assert "file__read" in names, names
+    assert view.hidden, "explain lists what the model does not see, with reasons"
+    assert all(h["code"] and h["reason"] for h in view.hidden)
+
+
+def test_a_call_runs_and_its_artifact_matches_its_hash(server):
+    tg = Client(server, token=AGENT)
+    call = tg.propose("file.read", {"path": "src/serializer.ts"}, action_type="read", task="read the serializer")
+    assert call.decision == "allow"
+    done = tg.wait(call.id)
+    assert done.phase == "Succeeded", done.conditions
+    assert "formatDate" in done.output_preview
+    events = list(tg.watch(call.id))
+    assert events[-1].phase == "Succeeded"
+    assert done.artifacts, done
+    stdout = next((a for a in done.artifacts if a["kind"] == "stdout"), done.artifacts[0])
+    data = b"".join(tg.artifact(call.id, stdout["id"]))
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == stdout["content_hash"]
+    assert tg.explain(call.id)["call"]["id"] == call.id
+
+
+def test_an_approval_needing_call_waits_for_a_human(server):
+    agent, alice = Client(server, token=AGENT), Client(server, token=REVIEWER)
+    call = agent.propose("test.gated", {"msg": "approved from python"}, action_type="execute", task="say it")
+    assert call.phase == "AwaitingApproval"
+    assert agent.wait(call.id).phase == "AwaitingApproval"
+    with pytest.raises(ToolgateError) as own:
+        agent.approve(call)
+    assert own.value.reason == "approval-self"
+    assert own.value.code == grpc.StatusCode.PERMISSION_DENIED
+    alice.approve(call, comment="fine")
+    done = agent.wait(call.id)
+    assert done.phase == "Succeeded", done.conditions
+    assert done.output_preview.strip() == "approved from python"
+
+
+def test_bad_input_names_the_field(server):
+    tg = Client(server, token=AGENT)
+    with pytest.raises(ToolgateError) as e:
+        tg.propose("file.read", {"path": "x"}, action_type="rm", task="t")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.field == "intent.action_type", e.value
+    with pytest.raises(ValueError):
+        tg.view("x", format="yaml")
+    with pytest.raises(ToolgateError) as e:
+        Client(server, token="not-a-token").get("c-1")
+    assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_example_agent_loop(server):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "agent_loop.py"), "--server", server, "--token", AGENT],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    transcript = json.loads(out.stdout)
+    # The scripted model asked for a tool; toolgate ran it governed and the result went back.
+    assert transcript[-1]["role"] == "tool"
+    assert "formatDate" in transcript[-1]["content"]
