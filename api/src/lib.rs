@@ -8,8 +8,10 @@ pub mod convert;
 pub mod error;
 pub mod request;
 pub mod service;
+mod tls;
 pub mod validate;
 
 pub use auth::{Authenticator, Caller, TokenFile};
 pub use error::ApiError;
-pub use service::{Backend, BoxStream, TlsFiles, serve};
+pub use service::{Backend, BoxStream, serve};
+pub use tls::TlsFiles;

@@ -210,62 +210,13 @@ fn incoming(
     })
 }
 
-/// TLS for the API: the server's certificate chain and key (PEM), and optionally a CA whose
-/// client certificates every caller must present (mutual TLS; the bearer token still says who
-/// the caller is).
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// Certificate chain, PEM.
-    pub cert: std::path::PathBuf,
-    /// Private key, PEM.
-    pub key: std::path::PathBuf,
-    /// CA bundle that client certificates must chain to, PEM.
-    pub client_ca: Option<std::path::PathBuf>,
-}
-
-impl TlsFiles {
-    /// The server TLS configuration, or what is wrong with the files.
-    pub fn server_config(&self) -> Result<tonic::transport::ServerTlsConfig, ApiError> {
-        let read = |what: &str, p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| ApiError::InvalidArgument {
-                field: what.to_string(),
-                message: format!("{}: {e}", p.display()),
-            })
-        };
-        let cert = read("--tls-cert", &self.cert)?;
-        let key = read("--tls-key", &self.key)?;
-        for (what, pem, marker) in [
-            ("--tls-cert", &cert, "CERTIFICATE"),
-            ("--tls-key", &key, "PRIVATE KEY"),
-        ] {
-            if !String::from_utf8_lossy(pem).contains(marker) {
-                return Err(ApiError::InvalidArgument {
-                    field: what.to_string(),
-                    message: format!("expected a PEM file with a {marker} block"),
-                });
-            }
-        }
-        let mut config = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert, key));
-        if let Some(ca) = &self.client_ca {
-            config = config
-                .client_ca_root(tonic::transport::Certificate::from_pem(read(
-                    "--tls-client-ca",
-                    ca,
-                )?))
-                .client_auth_optional(false);
-        }
-        Ok(config)
-    }
-}
-
 /// Serve the API, gRPC reflection and `grpc.health.v1` on `listener` until `shutdown` resolves;
 /// over TLS when `tls` is given.
 pub async fn serve<B: Backend>(
     backend: Arc<B>,
     auth: Arc<dyn Authenticator>,
     listener: TcpListener,
-    tls: Option<&TlsFiles>,
+    tls: Option<&crate::tls::TlsFiles>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ApiError> {
     let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -281,26 +232,29 @@ pub async fn serve<B: Backend>(
         .register_encoded_file_descriptor_set(toolgate_proto::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|e| ApiError::Internal(format!("reflection: {e}")))?;
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder =
-            builder
-                .tls_config(tls.server_config()?)
-                .map_err(|e| ApiError::InvalidArgument {
-                    field: "--tls-cert".into(),
-                    message: format!(
-                        "the certificate and key do not make a TLS configuration: {e}"
-                    ),
-                })?;
-    }
-    builder
+    let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(ToolgateServer::new(Service::new(backend, auth)))
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
-        .await
-        .map_err(|e| ApiError::Internal(format!("gRPC server: {e}")))
+        .add_service(ToolgateServer::new(Service::new(backend, auth)));
+    match tls {
+        // TLS is ours, not tonic's: its acceptor cannot change certificates under a running
+        // server (crate::tls reloads them).
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(
+                    crate::tls::incoming(listener, tls.server_config()?),
+                    shutdown,
+                )
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(incoming(listener), shutdown)
+                .await
+        }
+    }
+    .map_err(|e| ApiError::Internal(format!("gRPC server: {e}")))
 }
 
 #[cfg(test)]

@@ -195,3 +195,47 @@ async fn mutual_tls_refuses_a_client_without_a_certificate() {
         .await
         .expect("served with a client certificate");
 }
+
+/// A certificate renewed on disk (cert-manager, a mounted Secret) is served without a restart;
+/// files that stop loading keep the last good pair.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    let dir = setup();
+    let (cert, key) = certificate(dir.path(), "server");
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &tls_args(&c, &k, "127.0.0.1:0"),
+    );
+    let first = dir.path().join("first.crt");
+    std::fs::copy(&cert, &first).expect("keep the first");
+    tls_client(&server.addr, &first, None)
+        .await
+        .expect("the first certificate");
+    // A half-written rotation: the server keeps the first.
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\ntruncated").expect("broken");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    tls_client(&server.addr, &first, None)
+        .await
+        .expect("still the first certificate");
+    // The renewal lands: new connections get the new certificate.
+    let renewed = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("certificate");
+    write_private(&key, &renewed.signing_key.serialize_pem());
+    std::fs::write(&cert, renewed.cert.pem()).expect("renewed");
+    let mut served_new = false;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if tls_client(&server.addr, &cert, None).await.is_ok() {
+            served_new = true;
+            break;
+        }
+    }
+    assert!(served_new, "the renewed certificate was never served");
+    assert!(
+        tls_client(&server.addr, &first, None).await.is_err(),
+        "the old certificate is still served"
+    );
+}
