@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod convert;
 pub mod error;
+pub mod metrics;
 pub mod request;
 pub mod service;
 mod tls;

@@ -38,6 +38,10 @@ pub struct LocalArgs {
     /// Require client certificates chaining to this CA (PEM): mutual TLS.
     #[arg(long, requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus `/metrics` here (the operator's metric names: calls by phase, decisions
+    /// by outcome and tier, shadow forbids); off unless given.
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Bearer tokens: a YAML list of {token, principal, groups, approverIn}, mode 600
     /// (default: tokens.yaml in the data folder).
     #[arg(long)]
@@ -212,9 +216,44 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             broker,
         )
         .await?;
+        let metrics = match args.metrics_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("--metrics-addr {addr}"))?,
+            ),
+            None => None,
+        };
+        let metrics_note = match &metrics {
+            Some(l) => format!("; /metrics on {}", l.local_addr()?),
+            None => String::new(),
+        };
+        if let Some(listener) = metrics {
+            let runtime = started.runtime.clone();
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let text = runtime.metrics_text();
+                    async move {
+                        (
+                            [(
+                                "content-type",
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        )
+                    }
+                }),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "serving /metrics");
+                }
+            });
+        }
         let loaded = started.runtime.loaded();
         outln!(
-            "toolgate local: serving toolgate.v1 on {} ({}{} tools, {} objects from {}; data in {})",
+            "toolgate local: serving toolgate.v1 on {} ({}{} tools, {} objects from {}; data in {}{metrics_note})",
             started.addr,
             match (&tls, args.tls_client_ca.is_some()) {
                 (Some(_), true) => "TLS with client certificates; ",

@@ -75,6 +75,9 @@ pub(crate) struct Inner {
     pub(crate) running: Mutex<HashMap<String, i32>>,
     /// Who cancelled a running call and why, until its sandbox is gone.
     pub(crate) cancelled: Mutex<HashMap<String, String>>,
+    /// The calls' counters (the operator's names) and the registry `/metrics` encodes.
+    metrics: toolgate_api::metrics::CallMetrics,
+    registry: prometheus_client::registry::Registry,
 }
 
 /// The embedded runtime. Cheap to clone.
@@ -91,6 +94,9 @@ impl Runtime {
     /// A runtime over an opened store and loaded manifests; nothing runs yet.
     pub(crate) fn new(config: Config, store: Store, linter: Linter, loaded: Loaded) -> Runtime {
         let (events, _) = broadcast::channel(1024);
+        let metrics = toolgate_api::metrics::CallMetrics::default();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("toolgate");
+        metrics.register(&mut registry);
         Runtime {
             inner: Arc::new(Inner {
                 config,
@@ -101,8 +107,15 @@ impl Runtime {
                 events,
                 running: Mutex::new(HashMap::new()),
                 cancelled: Mutex::new(HashMap::new()),
+                metrics,
+                registry,
             }),
         }
+    }
+
+    /// The `/metrics` exposition: calls by phase, decisions by outcome and tier, shadow forbids.
+    pub fn metrics_text(&self) -> String {
+        toolgate_api::metrics::encode(&self.inner.registry)
     }
 
     /// The manifests as last loaded.
@@ -156,6 +169,9 @@ impl Runtime {
                 ledger.as_ref().map(|(k, l)| (k.as_str(), l)),
             )
             .map_err(internal)?;
+        self.inner
+            .metrics
+            .record(&rec.namespace, &rec.status, &steps);
         for e in events {
             let _ = self.inner.events.send(e);
         }

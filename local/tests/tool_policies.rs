@@ -296,3 +296,54 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `toolgate local --metrics-addr` serves the operator's metric names.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_phases_decisions_and_shadow_forbids() {
+    let dir = setup();
+    std::fs::write(dir.path().join("manifests/tool-policies.yaml"), POLICIES).expect("policies");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &["--listen", "127.0.0.1:0", "--metrics-addr", &metrics_addr],
+    );
+    let mut c = server.client().await;
+    for msg in ["hello", "my secret", "draft 1"] {
+        let call = submit(
+            &mut c,
+            "test.echo",
+            serde_json::json!({"msg": msg}),
+            "execute",
+        )
+        .await;
+        wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+    }
+    let scrape = || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics_addr).expect("metrics");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .expect("get");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read");
+        text
+    };
+    let text = scrape();
+    assert!(
+        text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"),
+        "{text}"
+    );
+    for want in [
+        "toolgate_call_phase_transitions_total{phase=\"Succeeded\"} 2",
+        "toolgate_call_phase_transitions_total{phase=\"Denied\"} 1",
+        "toolgate_shadow_forbids_total{tool_policy=\"team-a/echo-trial\"} 1",
+        "toolgate_call_decisions_total{decision=\"deny\",",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}

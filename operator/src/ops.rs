@@ -14,22 +14,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Labels of a call transition: the phase it entered (eight values).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    /// Phase.
-    pub phase: String,
-}
-
-/// Labels of a decision: outcome (three values) and risk tier (six).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    /// allow, requireApproval, deny.
-    pub decision: String,
-    /// L0–L5, or `unknown` when the tool was not found.
-    pub tier: String,
-}
-
 /// Labels of a reconcile: the controller (three values) and the outcome (two).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -49,21 +33,10 @@ pub struct ErrorLabels {
     pub category: String,
 }
 
-/// Labels of a shadow forbid: the ToolPolicy (one per policy object a team writes).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShadowLabels {
-    /// `namespace/name` of the ToolPolicy.
-    pub tool_policy: String,
-}
-
-/// The operator's metrics.
+/// The operator's metrics: the calls' (the same as `toolgate local`'s) and its reconciles'.
 pub struct Metrics {
-    /// Calls a shadow ToolPolicy would have forbidden.
-    pub shadow_forbids: Family<ShadowLabels, Counter>,
-    /// Calls entering each phase.
-    pub call_phases: Family<PhaseLabels, Counter>,
-    /// Decisions by outcome and tier.
-    pub decisions: Family<DecisionLabels, Counter>,
+    /// Phases, decisions and shadow forbids of calls.
+    pub calls: toolgate_api::metrics::CallMetrics,
     /// Reconcile durations.
     pub reconcile_seconds: Family<ReconcileLabels, Histogram>,
     /// Reconcile errors by category.
@@ -74,31 +47,15 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("toolgate");
-        let call_phases = Family::<PhaseLabels, Counter>::default();
-        let decisions = Family::<DecisionLabels, Counter>::default();
+        let calls = toolgate_api::metrics::CallMetrics::default();
+        calls.register(&mut registry);
         let reconcile_seconds = Family::<ReconcileLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
         registry.register(
-            "call_phase_transitions",
-            "ToolCalls entering a phase",
-            call_phases.clone(),
-        );
-        registry.register(
-            "call_decisions",
-            "Policy decisions on ToolCalls, by outcome and risk tier",
-            decisions.clone(),
-        );
-        registry.register(
             "reconcile_duration_seconds",
             "Time spent in one reconcile",
             reconcile_seconds.clone(),
-        );
-        let shadow_forbids = Family::<ShadowLabels, Counter>::default();
-        registry.register(
-            "shadow_forbids",
-            "Calls a shadow ToolPolicy would have forbidden (nothing else came of it)",
-            shadow_forbids.clone(),
         );
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
@@ -107,9 +64,7 @@ impl Default for Metrics {
             reconcile_errors.clone(),
         );
         Metrics {
-            shadow_forbids,
-            call_phases,
-            decisions,
+            calls,
             reconcile_seconds,
             reconcile_errors,
             registry,
@@ -120,11 +75,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        toolgate_api::metrics::encode(&self.registry)
     }
 
     /// Time a reconcile.
@@ -352,12 +303,15 @@ mod tests {
     #[test]
     fn metrics_have_bounded_labels_and_encode() {
         let m = Metrics::default();
-        m.call_phases
+        use toolgate_api::metrics::{DecisionLabels, PhaseLabels};
+        m.calls
+            .call_phases
             .get_or_create(&PhaseLabels {
                 phase: "Succeeded".into(),
             })
             .inc();
-        m.decisions
+        m.calls
+            .decisions
             .get_or_create(&DecisionLabels {
                 decision: "allow".into(),
                 tier: "L0".into(),

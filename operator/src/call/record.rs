@@ -6,9 +6,7 @@ use std::sync::Arc;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use toolgate_core::lifecycle::{
-    BudgetMove, Step, apply, budget_move, charge_or_refuse, give_back, phase_name,
-};
+use toolgate_core::lifecycle::{BudgetMove, Step, apply, budget_move, charge_or_refuse, give_back};
 use toolgate_crds::conditions::POLICY_CHECKED;
 use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus, ToolGrant};
 
@@ -58,9 +56,9 @@ impl Context {
             )
             .await
             .map_err(kube_error("patching the call's status"))?;
-        self.count(status, steps);
+        self.count(&ns, status, steps);
         let reference = call.object_ref(&());
-        self.shadowed(call, &ns, status, steps, &reference).await;
+        self.shadowed(call, status, steps, &reference).await;
         for s in steps {
             let event = Event {
                 type_: if s.status == ConditionStatus::False {
@@ -172,13 +170,11 @@ impl Context {
         Err(Error::BudgetContended(format!("{ns}/{grant}")))
     }
 
-    /// Phase transitions and decisions, by bounded labels.
-    /// A decision a shadow ToolPolicy would have refused: an Event on the call and a count per
-    /// ToolPolicy, once per decision recorded.
+    /// A decision a shadow ToolPolicy would have refused: an Event on the call, once per decision
+    /// recorded (the count is [`toolgate_api::metrics::CallMetrics::record`]'s).
     async fn shadowed(
         &self,
         call: &ToolCall,
-        ns: &str,
         status: &ToolCallStatus,
         steps: &[Step],
         reference: &k8s_openapi::api::core::v1::ObjectReference,
@@ -190,12 +186,6 @@ impl Context {
             return;
         };
         for f in &a.shadow_forbids {
-            self.metrics
-                .shadow_forbids
-                .get_or_create(&crate::ops::ShadowLabels {
-                    tool_policy: format!("{ns}/{}", f.tool_policy),
-                })
-                .inc();
             let event = Event {
                 type_: EventType::Warning,
                 reason: toolgate_crds::conditions::reason::SHADOW_FORBID.into(),
@@ -217,30 +207,8 @@ impl Context {
         }
     }
 
-    fn count(&self, status: &ToolCallStatus, steps: &[Step]) {
-        for s in steps {
-            if let Some(phase) = s.phase {
-                self.metrics
-                    .call_phases
-                    .get_or_create(&crate::ops::PhaseLabels {
-                        phase: phase_name(Some(phase)).into(),
-                    })
-                    .inc();
-            }
-            if s.kind == POLICY_CHECKED
-                && let Some(a) = &status.authorization
-            {
-                self.metrics
-                    .decisions
-                    .get_or_create(&crate::ops::DecisionLabels {
-                        decision: serde_json::to_value(a.decision)
-                            .ok()
-                            .and_then(|v| v.as_str().map(String::from))
-                            .unwrap_or_default(),
-                        tier: a.risk_tier.to_string(),
-                    })
-                    .inc();
-            }
-        }
+    /// Phase transitions, decisions and shadow forbids, by bounded labels.
+    fn count(&self, ns: &str, status: &ToolCallStatus, steps: &[Step]) {
+        self.metrics.calls.record(ns, status, steps);
     }
 }
