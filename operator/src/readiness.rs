@@ -84,20 +84,27 @@ impl Error {
     }
 }
 
-async fn apply_status<K>(
+/// Apply the Ready condition (and `extra` status fields) with the controllers' field manager.
+pub(crate) async fn apply_status<K>(
     api: Api<K>,
     name: &str,
     kind: &str,
     condition: Condition,
     generation: Option<i64>,
+    extra: serde_json::Value,
 ) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    let mut status =
+        serde_json::json!({"observedGeneration": generation, "conditions": [condition]});
+    if let (Some(s), serde_json::Value::Object(more)) = (status.as_object_mut(), extra) {
+        s.extend(more);
+    }
     let patch = serde_json::json!({
         "apiVersion": toolgate_crds::API_VERSION,
         "kind": kind,
-        "status": {"observedGeneration": generation, "conditions": [condition]},
+        "status": status,
     });
     api.patch_status(
         name,
@@ -179,6 +186,7 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
             "SandboxPolicy",
             condition,
             generation,
+            serde_json::Value::Null,
         )
         .await?;
     }
@@ -224,6 +232,7 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
             "CredentialBinding",
             condition,
             generation,
+            serde_json::Value::Null,
         )
         .await?;
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -18,8 +18,8 @@ use toolgate_core::registry::Registry;
 use toolgate_crds::conditions::reason;
 use toolgate_crds::{ToolDescriptor, ToolPolicy};
 
-use crate::descriptor::{FIELD_MANAGER, backoff, meta_of, object};
-use crate::readiness::{Error, ready};
+use crate::descriptor::{backoff, meta_of, object};
+use crate::readiness::{Error, apply_status, ready};
 
 struct Context {
     client: Client,
@@ -88,18 +88,15 @@ async fn reconcile(p: Arc<ToolPolicy>, ctx: Arc<Context>) -> Result<Action, Erro
                 == Some((&condition.reason, &condition.message, condition.status))
     });
     if !unchanged {
-        let patch = serde_json::json!({
-            "apiVersion": toolgate_crds::API_VERSION,
-            "kind": "ToolPolicy",
-            "status": {"observedGeneration": generation, "policies": count, "conditions": [condition]},
-        });
-        Api::<ToolPolicy>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &p.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+        apply_status(
+            Api::<ToolPolicy>::namespaced(ctx.client.clone(), &ns),
+            &p.name_any(),
+            "ToolPolicy",
+            condition,
+            generation,
+            serde_json::json!({"policies": count}),
+        )
+        .await?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
