@@ -57,9 +57,8 @@ def binary() -> str:
     return b
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toolgate")
+def start(root, extra=()):
+    """`toolgate local` on the example manifests under `root`; its address and process."""
     manifests = root / "manifests"
     shutil.copytree(ROOT / "examples", manifests, ignore=shutil.ignore_patterns("calls", "*.policytest.yaml"))
     (manifests / "python-tests.yaml").write_text(GATED)
@@ -74,7 +73,7 @@ def server(tmp_path_factory):
     tokens.chmod(0o600)
     proc = subprocess.Popen(
         [binary(), "local", "--manifests", str(manifests), "--workspace", str(ws),
-         "--data", str(root / "data"), "--tokens", str(tokens), "--listen", "127.0.0.1:0"],
+         "--data", str(root / "data"), "--tokens", str(tokens), "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
         env={**os.environ, "RUST_LOG": "warn"},
     )
@@ -82,7 +81,32 @@ def server(tmp_path_factory):
     if "serving toolgate.v1 on " not in line:
         proc.kill()
         pytest.fail(f"toolgate local did not start: {line!r}")
-    addr = line.split("serving toolgate.v1 on ")[1].split(" ")[0]
+    return line.split("serving toolgate.v1 on ")[1].split(" ")[0], proc
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    addr, proc = start(tmp_path_factory.mktemp("toolgate"))
     yield addr
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory):
+    """A TLS server with a certificate from a test CA; yields (address, CA file)."""
+    import trustme
+
+    root = tmp_path_factory.mktemp("toolgate-tls")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
+    cert.private_key_pem.write_to_path(str(root / "server.key"))
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    addr, proc = start(
+        root,
+        ["--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.key")],
+    )
+    yield addr, str(root / "ca.pem")
     proc.terminate()
     proc.wait(timeout=10)

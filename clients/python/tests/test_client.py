@@ -78,3 +78,14 @@ def test_the_example_agent_loop(server):
     # The scripted model asked for a tool; toolgate ran it governed and the result went back.
     assert transcript[-1]["role"] == "tool"
     assert "formatDate" in transcript[-1]["content"]
+
+
+def test_tls_with_the_servers_ca(tls_server):
+    addr, ca = tls_server
+    with Client(addr, token=AGENT, ca=ca) as tg:
+        call = tg.propose("file.read", {"path": "src/serializer.ts"}, action_type="read", task="over TLS")
+        assert tg.wait(call.id).phase == "Succeeded"
+    # Plain text is refused: the token never crosses in clear.
+    with pytest.raises(ToolgateError) as e:
+        Client(addr, token=AGENT, timeout=5).get(call.id)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
