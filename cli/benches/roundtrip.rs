@@ -214,6 +214,21 @@ fn main() {
             client.get_call(r).await.expect("get");
         })
     });
+    // The whole `toolgate call … --watch` process an agent's shell would run: client start,
+    // connect, propose, watch to the end.
+    let cli = sample(30, || {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["--server", &format!("http://{addr}"), "--token", TOKEN])
+            .args(["call", "bench.true", "--args", "{}", "--action", "execute"])
+            .args(["--task", "bench", "--watch"])
+            .output()
+            .expect("toolgate call");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
     let _ = server.kill();
     let _ = server.wait();
 
@@ -239,5 +254,11 @@ fn main() {
         governed.1,
         ratio(governed.0, plain.0),
         ratio(governed.0, sandboxed.0)
+    );
+    println!(
+        "  `toolgate call … --watch`    {:>9.2?} / {:>9.2?}   {:.1}x the bare sandbox (the whole CLI process)",
+        cli.0,
+        cli.1,
+        ratio(cli.0, sandboxed.0)
     );
 }

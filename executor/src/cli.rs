@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use toolgate_core::exec::{ArtifactTarget, ExecSpec};
 use toolgate_crds::{CallError, CallResult, ResultStatus};
@@ -65,6 +66,26 @@ fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<
     Ok(())
 }
 
+/// How long the executor may go on after the tool's own timeout (streaming the rest of its
+/// output, storing artifacts, writing the result) before it ends itself
+/// (`TOOLGATE_EXECUTOR_GRACE_MS` changes it).
+const AFTER_THE_TOOL: Duration = Duration::from_secs(60);
+
+/// End the process at `limit` whatever it is doing: an executor must not outlive its call. Its
+/// runtime kills it when the sandbox's time is up, but a runtime that died cannot; and an
+/// artifact store that fails in a loop (object_store's local store retries forever when the
+/// folder under it was deleted) would otherwise spin on, out of reach.
+fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!(
+            "toolgate-executor: still running {} ms after start (the tool's timeout and the grace after it): ending",
+            limit.as_millis()
+        );
+        std::process::exit(70);
+    });
+}
+
 pub fn main(args: &Args) -> ExitCode {
     // Not dumpable: the tool runs as the same user, and could otherwise read this process's
     // environment (the artifact store's keys in a pod) and memory through /proc.
@@ -78,6 +99,13 @@ pub fn main(args: &Args) -> ExitCode {
         .unwrap_or_else(|| args.spec.parent().map(PathBuf::from).unwrap_or_default());
     let spec = load_spec(&args.spec)
         .and_then(|spec| confine_self(&spec, args, &credentials_dir).map(|()| spec));
+    if let Ok(spec) = &spec {
+        let grace = std::env::var("TOOLGATE_EXECUTOR_GRACE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(AFTER_THE_TOOL, Duration::from_millis);
+        watchdog(Duration::from_millis(spec.limits.timeout_ms) + grace);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -934,3 +934,38 @@ fn a_tool_run_without_bubblewrap_cannot_make_setuid_files_devices_or_fifos() {
         std::fs::create_dir_all(&ws).expect("ws");
     }
 }
+
+/// An executor never outlives its call: when storing artifacts hangs (here an S3 endpoint that
+/// accepts and never answers), it ends itself after the tool's timeout and the grace after it.
+#[test]
+fn an_executor_stuck_after_its_tool_ends_itself() {
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = blackhole.local_addr().expect("addr").port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in blackhole.incoming().take(16) {
+            open.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut spec = base_spec(dir.path(), json!(["echo", "hello"]));
+    spec["limits"]["timeoutMs"] = json!(500);
+    spec["artifacts"] = json!({"type": "s3", "bucket": "artifacts", "endpoint": format!("http://127.0.0.1:{port}"), "allowHttp": true});
+    let path = dir.path().join("spec.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(&path)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("TOOLGATE_EXECUTOR_GRACE_MS", "1500")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("still running") && stderr.contains("ending"),
+        "{stderr}"
+    );
+    drop(held);
+}
