@@ -71,19 +71,17 @@ fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<
 /// (`TOOLGATE_EXECUTOR_GRACE_MS` changes it).
 const AFTER_THE_TOOL: Duration = Duration::from_secs(60);
 
-/// End the process at `limit` whatever it is doing: an executor must not outlive its call. Its
-/// runtime kills it when the sandbox's time is up, but a runtime that died cannot; and an
-/// artifact store that fails in a loop (object_store's local store retries forever when the
-/// folder under it was deleted) would otherwise spin on, out of reach.
-fn watchdog(limit: Duration) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!(
-            "toolgate-executor: still running {} ms after start (the tool's timeout and the grace after it): ending",
-            limit.as_millis()
-        );
-        std::process::exit(70);
-    });
+/// How long the executor may live: the tool's timeout and the grace after it. It must not
+/// outlive its call: its runtime kills it when the sandbox's time is up, but a runtime that died
+/// cannot; and an artifact store that fails in a loop (object_store's local store retries forever
+/// when the folder under it was deleted) would otherwise spin on, out of reach. A timer of the
+/// executor's own runtime, not a thread: a sandbox's process limit counts threads.
+fn lifetime(spec: &ExecSpec) -> Duration {
+    let grace = std::env::var("TOOLGATE_EXECUTOR_GRACE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(AFTER_THE_TOOL, Duration::from_millis);
+    Duration::from_millis(spec.limits.timeout_ms) + grace
 }
 
 pub fn main(args: &Args) -> ExitCode {
@@ -99,13 +97,7 @@ pub fn main(args: &Args) -> ExitCode {
         .unwrap_or_else(|| args.spec.parent().map(PathBuf::from).unwrap_or_default());
     let spec = load_spec(&args.spec)
         .and_then(|spec| confine_self(&spec, args, &credentials_dir).map(|()| spec));
-    if let Ok(spec) = &spec {
-        let grace = std::env::var("TOOLGATE_EXECUTOR_GRACE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(AFTER_THE_TOOL, Duration::from_millis);
-        watchdog(Duration::from_millis(spec.limits.timeout_ms) + grace);
-    }
+
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -118,8 +110,22 @@ pub fn main(args: &Args) -> ExitCode {
     };
     let outcome: Result<CallResult, ExecError> = runtime.block_on(async {
         let spec = spec?;
-        let credentials = load_credentials(&spec, &credentials_dir)?;
-        execute(&spec, &credentials, &credentials_dir).await
+        let limit = lifetime(&spec);
+        let work = async {
+            let credentials = load_credentials(&spec, &credentials_dir)?;
+            execute(&spec, &credentials, &credentials_dir).await
+        };
+        tokio::select! {
+            outcome = work => outcome,
+            () = tokio::time::sleep(limit) => {
+                eprintln!(
+                    "toolgate-executor: still running {} ms after start (the tool's timeout and the grace after it): ending",
+                    limit.as_millis()
+                );
+                // Not a return: dropping the runtime would wait for the stuck blocking task.
+                std::process::exit(70);
+            }
+        }
     });
     match outcome {
         Ok(result) => {
