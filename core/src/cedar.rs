@@ -784,16 +784,6 @@ impl Validators {
     }
 }
 
-/// The Cedar schema of a namespace's tools (JSON schema format).
-pub fn schema_json<'a>(tools: impl IntoIterator<Item = &'a RegisteredTool>) -> Value {
-    schema_with(
-        tools
-            .into_iter()
-            .map(|t| (t.name.clone(), action_json(t)))
-            .collect(),
-    )
-}
-
 /// A tool as a Cedar action: who may call it on what, with which context.
 fn action_json(t: &RegisteredTool) -> Value {
     let args = cedar_type(&t.spec.schemas.input_schema)

@@ -57,24 +57,27 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     let _ = std::fs::remove_dir_all(&p.creds_dir);
     let cancelled_by = lock(&rt.inner.cancelled).remove(id);
     let redactor = Redactor::new(p.secret.iter().map(|s| s.expose().as_bytes()));
-    rt.transition(id, |rec| {
-        if let Some(r) = rec.status.runtime.as_mut() {
-            r.finished_at = Some(toolgate_crds::Timestamp(Timestamp::now()));
-        }
-        Ok(match (&cancelled_by, &outcome) {
-            (Some(who), _) => cancelled(who),
-            (None, Err(message)) => {
-                no_result(reason::EXECUTOR_FAILED, redactor.redact_str(message))
+    let ended = rt
+        .transition(id, |rec| {
+            if let Some(r) = rec.status.runtime.as_mut() {
+                r.finished_at = Some(toolgate_crds::Timestamp(Timestamp::now()));
             }
-            (None, Ok((result, elapsed))) => {
-                finished_steps(&mut rec.status, result, Some(*elapsed))
-            }
+            Ok(match (&cancelled_by, &outcome) {
+                (Some(who), _) => cancelled(who),
+                (None, Err(message)) => {
+                    no_result(reason::EXECUTOR_FAILED, redactor.redact_str(message))
+                }
+                (None, Ok((result, elapsed))) => {
+                    finished_steps(&mut rec.status, result, Some(*elapsed))
+                }
+            })
         })
-    })
-    .await?;
+        .await?;
     let _ = std::fs::remove_dir_all(&run_dir);
-    // A dry run that succeeded may be what an approved L5 call of the same args waits for.
-    if rec.spec.dry_run
+    // A dry run that succeeded may be what an approved L5 call of the same args waits for (the
+    // re-check reads every waiting call: only then is it worth it).
+    if ended.spec.dry_run
+        && ended.status.phase == Some(CallPhase::Succeeded)
         && let Err(e) = rt.review_waiting(&rt.loaded()).await
     {
         tracing::error!(error = %e, "re-checking pending calls after a dry run");

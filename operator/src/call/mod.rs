@@ -263,7 +263,10 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             Ok(Action::requeue(Duration::from_millis(100)))
         }
         Some(CallPhase::AwaitingApproval) => {
-            let dry_runs_wanted = cached.policies.wants_dry_runs(&this);
+            // Only a call approved once and waiting for its dry run polls (each poll is a LIST);
+            // before its approval, the approval's watch event wakes it.
+            let dry_runs_wanted =
+                cached.policies.wants_dry_runs(&this) && snap.decide(&this).approval.is_some();
             cleanup::mark_approvals(ctx, ns, call, &status, &snap).await;
             let current = status.clone();
             let steps = awaiting(&snap, &call_of(call, &name, ns, &current), &mut status);
