@@ -6,6 +6,8 @@
 #   - helm (built with go, cached under ~/.cache/toolgate/helm) for the chart's tests;
 #   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
+#   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
+#     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
 #     after the cargo tests on a full run.
 # Arguments are passed to `cargo test`.
@@ -44,6 +46,10 @@ if [ ! -x "$HELM" ]; then
   (cd "$(mktemp -d)" && GOBIN="$(dirname "$HELM")" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
 fi
 export TOOLGATE_HELM="$HELM"
+
+# A real Vault for the credential-broker suites (built once from its Go module, cached; each
+# suite starts its own dev server on a free loopback port).
+eval "$(tests/vault/build.sh)"
 
 CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"

@@ -1,8 +1,9 @@
 //! Credential brokers: a CredentialBinding in, a value for one call's sandbox out. The value
 //! leaves the broker only into the sandbox's credential folder, and into the redactor.
 //!
-//! This file ships the file broker (a local secrets file, readable only by its owner) behind the
-//! interface a Vault broker implements.
+//! Two brokers: the file broker (a local secrets file, readable only by its owner: the embedded
+//! default) and the Vault broker ([`vault`]: KV v2 and leased dynamic secrets, revoked when the
+//! call ends).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -10,6 +11,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use toolgate_crds::{CredentialBindingSpec, VaultEngine};
+
+pub mod vault;
 
 /// A credential value. Its Debug and Display never show it.
 #[derive(Clone, PartialEq, Eq)]
@@ -40,14 +43,50 @@ pub struct Issued {
     pub value: Secret,
     /// Lifetime in seconds.
     pub ttl_seconds: u32,
+    /// The lease to revoke when the call ends; `None` for a static (kv2) secret.
+    pub lease: Option<Lease>,
 }
 
-/// Why a credential could not be issued. Never carries a value.
+/// A lease held for one call, revoked when the call ends. Its id is kept by the runtime with
+/// the call (the local store, the call's Secret), never in a status, event or view.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Lease {
+    /// The broker's lease id (`kubernetes/creds/agent/abc…`).
+    pub id: String,
+    /// The binding it was issued for, for messages.
+    pub binding: String,
+}
+
+/// What a call asks of the broker.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The call's namespace.
+    pub namespace: &'a str,
+    /// The binding's name.
+    pub name: &'a str,
+    /// The binding.
+    pub binding: &'a CredentialBindingSpec,
+    /// The call's deadline, in seconds: a credential never outlives it (TTL = the smaller of
+    /// this and the binding's).
+    pub deadline_seconds: Option<u64>,
+}
+
+impl Request<'_> {
+    /// The TTL to ask for: the smaller of the binding's and the call's deadline.
+    pub fn ttl_seconds(&self) -> u32 {
+        let deadline = self
+            .deadline_seconds
+            .map_or(u32::MAX, |d| u32::try_from(d.max(1)).unwrap_or(u32::MAX));
+        self.binding.ttl_seconds.min(deadline)
+    }
+}
+
+/// Why a credential could not be issued or revoked. Never carries a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerError {
     /// No broker is configured.
     #[error(
-        "no credential broker is configured (start toolgate local with --secrets FILE, or use Vault)"
+        "no credential broker is configured (start toolgate local with --secrets FILE or --vault-addr URL)"
     )]
     NotConfigured,
     /// The location has no value.
@@ -61,20 +100,51 @@ pub enum BrokerError {
     /// The engine is not available here.
     #[error("vault.engine {0}: the file broker serves kv2 secrets only")]
     Engine(String),
+    /// The broker cannot be reached, is sealed, or did not answer in time.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The broker refused: a path its identity may not read, a login refused.
+    #[error("{0}")]
+    Forbidden(String),
     /// The source is unusable.
     #[error("{0}")]
     Source(String),
 }
 
-/// Issues credentials for bindings.
+impl BrokerError {
+    /// The condition reason this error gives (`BrokerUnavailable`, `BrokerForbidden`,
+    /// `BrokerFailed`).
+    pub fn reason(&self) -> &'static str {
+        use toolgate_crds::conditions::reason;
+        match self {
+            BrokerError::Unavailable(_) => reason::BROKER_UNAVAILABLE,
+            BrokerError::Forbidden(_) => reason::BROKER_FORBIDDEN,
+            _ => reason::BROKER_FAILED,
+        }
+    }
+}
+
+/// A broker's answer, later.
+pub type BrokerFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BrokerError>> + Send + 'a>>;
+
+/// Issues credentials for bindings, and revokes their leases. Asynchronous: a slow broker holds
+/// up the one call waiting for it, never the runtime.
 pub trait CredentialBroker: Send + Sync + 'static {
-    /// A value for `binding` (namespace/name), for one call.
-    fn issue(
-        &self,
-        namespace: &str,
-        name: &str,
-        binding: &CredentialBindingSpec,
-    ) -> Result<Issued, BrokerError>;
+    /// A value for one call.
+    fn issue<'a>(&'a self, request: Request<'a>) -> BrokerFuture<'a, Issued>;
+
+    /// Revoke a lease [`CredentialBroker::issue`] returned. Revoking one already gone succeeds.
+    fn revoke<'a>(&'a self, lease: &'a Lease) -> BrokerFuture<'a, ()>;
+
+    /// Whether the binding can be brokered, without issuing anything: what the binding's Ready
+    /// condition says.
+    fn check<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        binding: &'a CredentialBindingSpec,
+    ) -> BrokerFuture<'a, String>;
 }
 
 /// No broker: every binding fails with [`BrokerError::NotConfigured`].
@@ -82,8 +152,21 @@ pub trait CredentialBroker: Send + Sync + 'static {
 pub struct NoBroker;
 
 impl CredentialBroker for NoBroker {
-    fn issue(&self, _: &str, _: &str, _: &CredentialBindingSpec) -> Result<Issued, BrokerError> {
-        Err(BrokerError::NotConfigured)
+    fn issue<'a>(&'a self, _: Request<'a>) -> BrokerFuture<'a, Issued> {
+        Box::pin(async { Err(BrokerError::NotConfigured) })
+    }
+
+    fn revoke<'a>(&'a self, _: &'a Lease) -> BrokerFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a CredentialBindingSpec,
+    ) -> BrokerFuture<'a, String> {
+        Box::pin(async { Err(BrokerError::NotConfigured) })
     }
 }
 
@@ -135,13 +218,8 @@ impl FileBroker {
     }
 }
 
-impl CredentialBroker for FileBroker {
-    fn issue(
-        &self,
-        _namespace: &str,
-        _name: &str,
-        binding: &CredentialBindingSpec,
-    ) -> Result<Issued, BrokerError> {
+impl FileBroker {
+    fn read(&self, binding: &CredentialBindingSpec) -> Result<Issued, BrokerError> {
         let v = &binding.vault;
         if v.engine != VaultEngine::Kv2 {
             return Err(BrokerError::Engine(
@@ -162,7 +240,40 @@ impl CredentialBroker for FileBroker {
         Ok(Issued {
             value: value.clone(),
             ttl_seconds: binding.ttl_seconds,
+            lease: None,
         })
+    }
+}
+
+impl CredentialBroker for FileBroker {
+    fn issue<'a>(&'a self, request: Request<'a>) -> BrokerFuture<'a, Issued> {
+        let issued = self.read(request.binding).map(|i| Issued {
+            ttl_seconds: request.ttl_seconds(),
+            ..i
+        });
+        Box::pin(async move { issued })
+    }
+
+    fn revoke<'a>(&'a self, _: &'a Lease) -> BrokerFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        binding: &'a CredentialBindingSpec,
+    ) -> BrokerFuture<'a, String> {
+        let v = &binding.vault;
+        let found = self.read(binding).map(|_| {
+            format!(
+                "{}/{} is in the secrets file {}",
+                v.mount,
+                v.path,
+                self.path.display()
+            )
+        });
+        Box::pin(async move { found })
     }
 }
 
@@ -186,14 +297,11 @@ mod tests {
         std::fs::write(&path, "secret/team-a/bot: {token: canary-7f3a}\n").expect("write");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let broker = FileBroker::load(&path).expect("load");
-        let issued = broker
-            .issue("team-a", "bot", &binding("token"))
-            .expect("issued");
+        let b = binding("token");
+        let issued = broker.read(&b).expect("issued");
         assert_eq!(issued.value.expose(), "canary-7f3a");
         assert!(!format!("{issued:?} {broker:?}").contains("canary-7f3a"));
-        let e = broker
-            .issue("team-a", "bot", &binding("other"))
-            .expect_err("missing");
+        let e = broker.read(&binding("other")).expect_err("missing");
         assert!(
             e.to_string().contains("secret/team-a/bot (field other)"),
             "{e}"

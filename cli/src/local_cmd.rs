@@ -47,8 +47,61 @@ pub struct LocalArgs {
     #[arg(long)]
     pub tokens: Option<PathBuf>,
     /// Local secrets for CredentialBindings: `mount/path: {field: value}`, mode 600.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "vault_addr")]
     pub secrets: Option<PathBuf>,
+    #[command(flatten)]
+    pub vault: VaultArgs,
+}
+
+/// Where `toolgate local` (or the operator) gets credentials from Vault.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VaultArgs {
+    /// Broker credentials from Vault at this address (`https://vault.example:8200`) instead of
+    /// a secrets file: KV v2 reads and leased dynamic secrets, revoked when each call ends.
+    #[arg(long = "vault-addr", env = "VAULT_ADDR")]
+    pub vault_addr: Option<String>,
+    /// A file (mode 600) holding the Vault token the broker uses.
+    #[arg(long, requires = "vault_addr", conflicts_with = "vault_approle_file")]
+    pub vault_token_file: Option<PathBuf>,
+    /// A file (mode 600) with AppRole credentials: `{roleId: …, secretId: …}`.
+    #[arg(long, requires = "vault_addr")]
+    pub vault_approle_file: Option<PathBuf>,
+    /// Mount of the AppRole auth method.
+    #[arg(long, default_value = "approle")]
+    pub vault_approle_mount: String,
+    /// A CA certificate (PEM) to trust for Vault's TLS certificate.
+    #[arg(long, requires = "vault_addr")]
+    pub vault_ca: Option<PathBuf>,
+    /// Deadline of each request to Vault, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub vault_timeout_seconds: u64,
+}
+
+impl VaultArgs {
+    /// The Vault broker these options name, if any.
+    pub fn broker(&self) -> anyhow::Result<Option<Arc<dyn CredentialBroker>>> {
+        use toolgate_local::broker::vault::{VaultAuth, VaultBroker, VaultConfig};
+        let Some(addr) = &self.vault_addr else {
+            return Ok(None);
+        };
+        let auth = match (&self.vault_token_file, &self.vault_approle_file) {
+            (Some(file), _) => VaultAuth::Token { file: file.clone() },
+            (None, Some(file)) => VaultAuth::AppRole {
+                mount: self.vault_approle_mount.clone(),
+                file: file.clone(),
+            },
+            (None, None) => anyhow::bail!(
+                "--vault-addr needs the broker's identity: --vault-token-file FILE or --vault-approle-file FILE (mode 600)"
+            ),
+        };
+        let broker = VaultBroker::new(VaultConfig {
+            addr: addr.clone(),
+            ca_cert: self.vault_ca.clone(),
+            auth,
+            timeout: Duration::from_secs(self.vault_timeout_seconds.max(1)),
+        })?;
+        Ok(Some(Arc::new(broker)))
+    }
 }
 
 /// What `toolgate local` and `toolgate demo` share: a started runtime and its listener.
@@ -190,9 +243,10 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let auth: Arc<dyn Authenticator> = Arc::new(TokenFile::load(&tokens_path)?);
-        let broker: Arc<dyn CredentialBroker> = match &args.secrets {
-            Some(p) => Arc::new(FileBroker::load(p)?),
-            None => Arc::new(NoBroker),
+        let broker: Arc<dyn CredentialBroker> = match (&args.secrets, args.vault.broker()?) {
+            (_, Some(vault)) => vault,
+            (Some(p), None) => Arc::new(FileBroker::load(p)?),
+            (None, None) => Arc::new(NoBroker),
         };
         let tls = args
             .tls_cert

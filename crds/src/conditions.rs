@@ -46,6 +46,9 @@ pub const ARTIFACT_PERSISTED: &str = "ArtifactPersisted";
 pub const STATE_UPDATED: &str = "StateUpdated";
 /// The call was cancelled (outside the chain: it can end the call at any step).
 pub const CANCELLED: &str = "Cancelled";
+/// The call's leased credential was revoked in its broker once the call ended (outside the
+/// chain: set after the end, `False` while a revocation is being retried).
+pub const CREDENTIALS_REVOKED: &str = "CredentialsRevoked";
 
 /// Ready condition of policies and bindings.
 pub const READY: &str = "Ready";
@@ -110,8 +113,20 @@ pub mod reason {
     pub const BROKERED: &str = "Brokered";
     /// The broker could not issue the credential.
     pub const BROKER_FAILED: &str = "BrokerFailed";
+    /// The broker (Vault) could not be reached, is sealed or did not answer in time; nothing
+    /// was started (also on Ready of a binding and on CredentialsRevoked).
+    pub const BROKER_UNAVAILABLE: &str = "BrokerUnavailable";
+    /// The broker refused: a path the broker's identity may not read, or a login refused (also
+    /// on Ready of a binding and on CredentialsRevoked).
+    pub const BROKER_FORBIDDEN: &str = "BrokerForbidden";
     /// The credential binding does not exist.
     pub const BINDING_MISSING: &str = "BindingMissing";
+
+    // CredentialsRevoked
+    /// The lease of the call's credential was revoked.
+    pub const LEASE_REVOKED: &str = "LeaseRevoked";
+    /// Revoking the lease failed; it is retried with backoff.
+    pub const REVOKE_FAILED: &str = "RevokeFailed";
 
     // Started
     /// The executor was started (in the local sandbox, or its pod was created).

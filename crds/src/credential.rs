@@ -89,13 +89,16 @@ pub struct VaultSource {
         regex(pattern = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
     )]
     pub mount: String,
-    /// Path of the secret under the mount (kv2), or the credentials path of a dynamic engine.
+    /// Path of the secret under the mount (kv2: `team-a/github`), or the path under the mount a
+    /// dynamic engine issues from (`creds/readonly` for the database and kubernetes engines).
     #[schemars(
         length(min = 1, max = 1024),
         regex(pattern = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
     )]
     pub path: String,
-    /// The field of a kv2 secret to deliver.
+    /// The field of the secret to deliver (required for kv2). For a dynamic engine, the field
+    /// of its answer (`password`); without it the kubernetes engine delivers
+    /// `service_account_token` and any other engine its whole answer as a JSON object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub field: Option<String>,
@@ -103,10 +106,16 @@ pub struct VaultSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub role: Option<String>,
-    /// Vault role the broker logs in with (Kubernetes auth).
+    /// Vault role the broker acts as for this binding, so it reads only what that role's
+    /// policies allow: the Kubernetes auth role it logs in with (cluster), or the token role its
+    /// child token is created from (`auth/token/create/<role>`, `toolgate local`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub auth_role: Option<String>,
+    /// Namespace the kubernetes engine mints the service-account token in (default: the call's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub kubernetes_namespace: Option<String>,
 }
 
 /// Vault secrets engines toolgate brokers from.
@@ -115,8 +124,11 @@ pub struct VaultSource {
 pub enum VaultEngine {
     /// Key/value version 2 (static secrets).
     Kv2,
-    /// Database dynamic credentials.
+    /// Database dynamic credentials (leased, revoked when the call ends).
     Database,
+    /// Vault's Kubernetes secrets engine: a service-account token minted for the call (leased;
+    /// its service account is deleted when the lease is revoked, with a generated-account role).
+    Kubernetes,
     /// Any other dynamic engine reached by role (`aws`, `github`).
     Dynamic,
 }

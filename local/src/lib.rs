@@ -9,6 +9,7 @@
 mod approve;
 pub mod backend;
 mod cancel;
+mod lease;
 pub mod manifests;
 mod place;
 mod propose;

@@ -48,13 +48,15 @@ pub(crate) fn sandbox_plan(
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
 
-/// Make the call's folders, write the executor's spec and broker the credential into the
-/// call's own folder. On failure, the steps that end the call.
+/// Make the call's folders, write the executor's spec and deliver the credential the broker
+/// issued (`issued`, asked before the transaction: the broker is asynchronous) into the call's
+/// own folder. On failure, the steps that end the call.
 pub(crate) fn place(
     rec: &CallRecord,
     target: &RunTarget<'_>,
     config: &Config,
     run_dir: &Path,
+    issued: Option<Issue>,
 ) -> Result<Placed, Vec<Step>> {
     let policy_name = target.policy_name;
     let (mut plan, confinement) = sandbox_plan(config, target).map_err(|e| {
@@ -97,7 +99,7 @@ pub(crate) fn place(
     let spec_path = run_dir.join("spec.json");
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
     std::fs::write(&spec_path, json).map_err(|e| io("writing the call spec", &e))?;
-    let (secret, credential) = broker(target, &spec, &creds_dir, config)?;
+    let (secret, credential) = deliver(target, &spec, &creds_dir, issued)?;
     Ok(Placed {
         spec_path,
         creds_dir,
@@ -157,24 +159,69 @@ fn executor_spec(
     })
 }
 
-/// Issue the call's credential into its folder (mode 400), or say it needs none.
-fn broker(
+/// What the broker answered for a call's binding (by name).
+pub(crate) type Issue = (
+    String,
+    Result<crate::broker::Issued, crate::broker::BrokerError>,
+);
+
+/// The binding a call's run will use and its tool's timeout (ms), owned: the broker is asked
+/// for it before the transaction that places the call.
+pub(crate) type Wanted = (String, toolgate_crds::CredentialBindingSpec, u32);
+
+/// What the run of `target` will ask the broker for.
+pub(crate) fn wanted(target: &RunTarget<'_>) -> Option<Wanted> {
+    let (name, binding) = target.binding?;
+    Some((
+        name.to_string(),
+        binding.clone(),
+        target.tool.spec.execution.timeout_ms,
+    ))
+}
+
+/// Ask the broker for a call's credential; it lives no longer than the tool's timeout.
+pub(crate) async fn issue(config: &Config, namespace: &str, wanted: Wanted) -> Issue {
+    let (name, binding, timeout_ms) = wanted;
+    let request = crate::broker::Request {
+        namespace,
+        name: &name,
+        binding: &binding,
+        deadline_seconds: Some(u64::from(timeout_ms).div_ceil(1000)),
+    };
+    let answer = config.broker.issue(request).await;
+    (name, answer)
+}
+
+/// Deliver the issued credential into the call's folder (mode 400), or say it needs none.
+fn deliver(
     target: &RunTarget<'_>,
     spec: &toolgate_core::exec::ExecSpec,
     creds_dir: &Path,
-    config: &Config,
+    issued: Option<Issue>,
 ) -> Result<(Option<crate::broker::Secret>, Credential), Vec<Step>> {
-    let Some((name, binding)) = target.binding else {
+    let Some((name, _)) = target.binding else {
         return Ok((None, Credential::NotRequired));
     };
-    let issued = match config.broker.issue(&spec.call.namespace, name, binding) {
-        Ok(i) => i,
-        Err(e) => {
+    let issued = match issued {
+        Some((n, Ok(i))) if n == name => i,
+        Some((n, Err(e))) if n == name => {
             return Ok((
                 None,
                 Credential::Failed {
                     binding: name.to_string(),
+                    reason: e.reason(),
                     error: e.to_string(),
+                },
+            ));
+        }
+        // The binding changed between asking the broker and placing the call (a reload).
+        _ => {
+            return Ok((
+                None,
+                Credential::Failed {
+                    binding: name.to_string(),
+                    reason: toolgate_crds::conditions::reason::BROKER_FAILED,
+                    error: "the call's binding changed while its credential was issued".into(),
                 },
             ));
         }
@@ -202,6 +249,7 @@ fn broker(
             binding: name.to_string(),
             delivered: format!("as file {file}"),
             ttl_seconds: u64::from(issued.ttl_seconds),
+            leased: issued.lease.is_some(),
         },
     ))
 }

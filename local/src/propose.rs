@@ -52,6 +52,7 @@ impl Runtime {
             sandbox: None,
             events: 0,
             attempts: 0,
+            leases: Vec::new(),
         };
         let session = self.session_approvals(&rec)?;
         let config = &self.inner.config;

@@ -44,12 +44,30 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
         )));
     }
     let run_dir = rt.inner.config.data.join("run").join(id);
+    // The broker is asked outside the store's transaction (it may be slow, or down); the run is
+    // decided again inside it.
+    let before = rt.stored(id)?;
+    let wanted = if before.status.phase == Some(CallPhase::Authorized) {
+        with_snapshot(rt, &before, |snap, status| {
+            plan_run(snap, &call_of(&before), status)
+                .ok()
+                .and_then(|run| crate::place::wanted(&run.target))
+        })?
+    } else {
+        None
+    };
+    let issued = match wanted {
+        Some(w) => Some(crate::place::issue(&rt.inner.config, &before.namespace, w).await),
+        None => None,
+    };
     let mut placed: Option<Placed> = None;
     let rec = rt
-        .transition(id, |rec| start(rt, rec, &run_dir, &mut placed))
+        .transition(id, |rec| start(rt, rec, &run_dir, issued, &mut placed))
         .await?;
     let Some(p) = placed else {
         let _ = std::fs::remove_dir_all(&run_dir);
+        // A credential issued for a run that did not start is revoked at once.
+        crate::lease::revoke_held(rt, &rec);
         return Ok(());
     };
     let outcome = execute(rt, &rec, &p).await;
@@ -74,6 +92,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
         })
         .await?;
     let _ = std::fs::remove_dir_all(&run_dir);
+    crate::lease::revoke_held(rt, &ended);
     // A dry run that succeeded may be what an approved L5 call of the same args waits for (the
     // re-check reads every waiting call: only then is it worth it).
     if ended.spec.dry_run
@@ -91,8 +110,16 @@ fn start(
     rt: &Runtime,
     rec: &mut CallRecord,
     run_dir: &Path,
+    mut issued: Option<crate::place::Issue>,
     placed: &mut Option<Placed>,
 ) -> Result<Vec<Step>, ApiError> {
+    // Whatever happens, a lease issued for this run is in the record before anything else:
+    // revoked when the run ends, or at once if it does not start.
+    if let Some((_, Ok(i))) = issued.as_mut()
+        && let Some(lease) = i.lease.clone()
+    {
+        rec.leases.push(lease);
+    }
     if rec.status.phase != Some(CallPhase::Authorized) {
         return Ok(vec![]);
     }
@@ -102,6 +129,7 @@ fn start(
     let dry_runs = rt.dry_runs_for(&loaded, rec)?;
     let snap = rt.snapshot(&loaded, &rec.namespace, &own, &session, &dry_runs)?;
     let mut status = rec.status.clone();
+    // Decided again inside the transaction: what the broker was asked for may be stale.
     let run = match plan_run(&snap, &call_of(rec), &mut status) {
         Ok(run) => run,
         Err(steps) => {
@@ -109,7 +137,7 @@ fn start(
             return Ok(steps);
         }
     };
-    let p = match place(rec, &run.target, &rt.inner.config, run_dir) {
+    let p = match place(rec, &run.target, &rt.inner.config, run_dir, issued) {
         Ok(p) => p,
         Err(steps) => return Ok(steps),
     };
@@ -138,6 +166,20 @@ fn start(
         *placed = Some(p);
     }
     Ok(steps)
+}
+
+/// `f` over the snapshot a call is decided against now, and a copy of its status.
+fn with_snapshot<T>(
+    rt: &Runtime,
+    rec: &CallRecord,
+    f: impl FnOnce(&toolgate_core::lifecycle::Snapshot<'_>, &mut toolgate_crds::ToolCallStatus) -> T,
+) -> Result<T, ApiError> {
+    let loaded = rt.loaded();
+    let session = rt.session_approvals(rec)?;
+    let dry_runs = rt.dry_runs_for(&loaded, rec)?;
+    let snap = rt.snapshot(&loaded, &rec.namespace, &rec.approvals, &session, &dry_runs)?;
+    let mut status = rec.status.clone();
+    Ok(f(&snap, &mut status))
 }
 
 /// Run the executor in the sandbox; the result it wrote, or why there is none.

@@ -36,9 +36,18 @@ impl Runtime {
     }
 
     /// Calls a previous process left: a running one was interrupted (run again if its tool is
-    /// idempotent, failed otherwise), an authorized one starts.
+    /// idempotent, failed otherwise), an authorized one starts, and every lease still held is
+    /// revoked (no sandbox survived the restart; a re-run gets a new one).
     async fn recover(&self) -> Result<(), ApiError> {
         let loaded = self.loaded();
+        let holding = self
+            .inner
+            .store
+            .scan(None, usize::MAX, |r| !r.leases.is_empty())
+            .map_err(internal)?;
+        for rec in &holding {
+            crate::lease::revoke_after_restart(self, rec);
+        }
         let open = self
             .inner
             .store

@@ -101,6 +101,10 @@ pub struct CallRecord {
     /// Times execution started.
     #[serde(default)]
     pub attempts: u32,
+    /// Leases the call holds and toolgate has yet to revoke (written with CredentialsBound, in
+    /// the same transaction; removed with CredentialsRevoked). Never shown through the API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<crate::broker::Lease>,
 }
 
 /// `null`, one approval or a list of them.

@@ -69,10 +69,30 @@ struct Args {
     /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY for the artifact bucket).
     #[arg(long)]
     artifact_secret: Option<String>,
-    /// Local secrets file for CredentialBindings (`mount/path: {field: value}`, mode 600) until
-    /// the Vault broker lands.
-    #[arg(long)]
+    /// Local secrets file for CredentialBindings (`mount/path: {field: value}`, mode 600), for
+    /// a cluster without Vault.
+    #[arg(long, conflicts_with = "vault_addr")]
     secrets: Option<std::path::PathBuf>,
+    /// Broker credentials from Vault at this address: KV v2 reads and leased dynamic secrets,
+    /// each lease revoked when its call ends. The operator logs in with Vault's Kubernetes auth
+    /// method, with its own projected service-account token.
+    #[arg(long)]
+    vault_addr: Option<String>,
+    /// Mount of Vault's Kubernetes auth method.
+    #[arg(long, default_value = "kubernetes")]
+    vault_auth_mount: String,
+    /// Vault role the operator logs in as when a binding names no `authRole`.
+    #[arg(long, default_value = "toolgate-operator")]
+    vault_role: String,
+    /// The projected service-account token presented to Vault (audience `vault`).
+    #[arg(long, default_value = "/var/run/secrets/toolgate/vault/token")]
+    vault_token_file: std::path::PathBuf,
+    /// A CA certificate (PEM) to trust for Vault's TLS certificate.
+    #[arg(long)]
+    vault_ca: Option<std::path::PathBuf>,
+    /// Deadline of each request to Vault, in seconds.
+    #[arg(long, default_value_t = 10)]
+    vault_timeout_seconds: u64,
     /// Watch only this namespace (a namespace-scoped install); default: all namespaces.
     #[arg(long)]
     namespace: Option<String>,
@@ -129,10 +149,24 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
             "artifacts: pass --artifacts-bucket (with --artifacts-endpoint for S3-compatible servers) or --artifacts-dir"
         ),
     };
-    let broker: std::sync::Arc<dyn toolgate_broker::CredentialBroker> = match &args.secrets {
-        Some(p) => std::sync::Arc::new(toolgate_broker::FileBroker::load(p)?),
-        None => std::sync::Arc::new(toolgate_broker::NoBroker),
-    };
+    let broker: std::sync::Arc<dyn toolgate_broker::CredentialBroker> =
+        match (&args.secrets, &args.vault_addr) {
+            (_, Some(addr)) => {
+                use toolgate_broker::vault::{VaultAuth, VaultBroker, VaultConfig};
+                std::sync::Arc::new(VaultBroker::new(VaultConfig {
+                    addr: addr.clone(),
+                    ca_cert: args.vault_ca.clone(),
+                    auth: VaultAuth::Kubernetes {
+                        mount: args.vault_auth_mount.clone(),
+                        role: args.vault_role.clone(),
+                        token_file: args.vault_token_file.clone(),
+                    },
+                    timeout: std::time::Duration::from_secs(args.vault_timeout_seconds.max(1)),
+                })?)
+            }
+            (Some(p), None) => std::sync::Arc::new(toolgate_broker::FileBroker::load(p)?),
+            (None, None) => std::sync::Arc::new(toolgate_broker::NoBroker),
+        };
     Ok(call::CallConfig {
         executor_image: args.executor_image.clone(),
         artifacts,

@@ -210,17 +210,11 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
     let generation = b.metadata.generation;
-    // The value is dropped at once: readiness never keeps or shows it.
-    let (ok, reason, message) = match ctx.broker.issue(&ns, &b.name_any(), &b.spec) {
-        Ok(issued) => (
-            true,
-            reason::BROKERABLE,
-            format!(
-                "{}/{} can be brokered (TTL {} s)",
-                b.spec.vault.mount, b.spec.vault.path, issued.ttl_seconds
-            ),
-        ),
-        Err(e) => (false, reason::BROKER_FAILED, e.to_string()),
+    // Asked without issuing anything (Vault: `sys/capabilities-self` for the binding's path).
+    let name = b.name_any();
+    let (ok, reason, message) = match ctx.broker.check(&ns, &name, &b.spec).await {
+        Ok(how) => (true, reason::BROKERABLE, how),
+        Err(e) => (false, e.reason(), e.to_string()),
     };
     let condition = ready(&previous, ok, reason, message, generation);
     if previous.first().map(|c| (&c.reason, &c.message, c.status))
@@ -236,7 +230,12 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
         )
         .await?;
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // A broken binding is looked at again soon: Vault may come back, a policy may be fixed.
+    Ok(Action::requeue(Duration::from_secs(if ok {
+        300
+    } else {
+        15
+    })))
 }
 
 async fn policy_guarded(

@@ -2,7 +2,8 @@
 //! interrupted by a restart, or cancelled.
 
 use toolgate_crds::conditions::{
-    ARTIFACT_PERSISTED, CANCELLED, FINISHED, RESULT_VALIDATED, STARTED, STATE_UPDATED, reason,
+    ARTIFACT_PERSISTED, CANCELLED, CREDENTIALS_REVOKED, FINISHED, RESULT_VALIDATED, STARTED,
+    STATE_UPDATED, reason,
 };
 use toolgate_crds::{CallPhase, CallResult, ResultStatus, ToolCallStatus, VerifierStatus};
 
@@ -185,4 +186,29 @@ pub fn cancellation(who: &str, reason: &str) -> String {
         reason
     };
     format!("{who}: {reason}")
+}
+
+/// Whether a call's leased credential is to be revoked now: once the call ended, or when
+/// toolgate finds it running after a restart (no sandbox survives one, so no tool still uses it).
+pub fn lease_to_revoke(status: &ToolCallStatus, after_restart: bool) -> bool {
+    after_restart || is_terminal(status.phase)
+}
+
+/// CredentialsRevoked after revoking the lease of `binding`: `Ok`, or the broker's reason and
+/// words (the runtime retries with backoff and records each failure).
+pub fn revocation(binding: &str, outcome: Result<(), (&'static str, String)>) -> Vec<Step> {
+    vec![match outcome {
+        Ok(()) => Step::ok(
+            CREDENTIALS_REVOKED,
+            reason::LEASE_REVOKED,
+            format!("the lease of CredentialBinding {binding} was revoked"),
+        ),
+        Err((broker_reason, why)) => Step::failed(
+            CREDENTIALS_REVOKED,
+            reason::REVOKE_FAILED,
+            format!(
+                "revoking the lease of CredentialBinding {binding} failed ({broker_reason}): {why}; retried with backoff"
+            ),
+        ),
+    }]
 }

@@ -28,7 +28,10 @@ pub use approval::{
 };
 pub use budget::{BudgetMove, budget_move, charge_or_refuse, give_back};
 pub use explain::sandbox_view;
-pub use finish::{cancellation, cancelled, finished_steps, interrupted, may_cancel, no_result};
+pub use finish::{
+    cancellation, cancelled, finished_steps, interrupted, lease_to_revoke, may_cancel, no_result,
+    revocation,
+};
 pub use propose::{decision_steps, propose, requested, same_proposal, unplaceable};
 pub use run::{
     Credential, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target, start_steps,

@@ -187,11 +187,15 @@ pub enum Credential {
         delivered: String,
         /// Lifetime the broker gave it.
         ttl_seconds: u64,
+        /// Whether it is a lease the runtime revokes when the call ends.
+        leased: bool,
     },
-    /// The broker refused or failed.
+    /// The broker refused or failed: nothing was started.
     Failed {
         /// The binding.
         binding: String,
+        /// The reason (`BrokerUnavailable`, `BrokerForbidden`, `BrokerFailed`).
+        reason: &'static str,
         /// Why (never the value).
         error: String,
     },
@@ -223,10 +227,14 @@ pub fn start_steps(
             reason::NOT_REQUIRED,
             "the tool uses no credential",
         )),
-        Credential::Failed { binding, error } => {
+        Credential::Failed {
+            binding,
+            reason,
+            error,
+        } => {
             steps.extend(cannot_run(
                 CREDENTIALS_BOUND,
-                reason::BROKER_FAILED,
+                reason,
                 format!("CredentialBinding {binding}: {error}"),
             ));
             return steps;
@@ -235,7 +243,13 @@ pub fn start_steps(
             binding,
             delivered,
             ttl_seconds,
+            leased,
         } => {
+            let lease = if leased {
+                "; leased, revoked when the call ends"
+            } else {
+                ""
+            };
             let vault = target
                 .binding
                 .map(|(_, b)| format!(" ({:?} {}/{})", b.vault.engine, b.vault.mount, b.vault.path))
@@ -247,7 +261,7 @@ pub fn start_steps(
                 CREDENTIALS_BOUND,
                 reason::BROKERED,
                 format!(
-                    "CredentialBinding {binding}{vault} delivered {delivered}, TTL {ttl_seconds} s"
+                    "CredentialBinding {binding}{vault} delivered {delivered}, TTL {ttl_seconds} s{lease}"
                 ),
             ));
         }

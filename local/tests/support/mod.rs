@@ -184,13 +184,37 @@ impl Server {
 
     /// A server with these arguments added (`--listen` among them).
     pub fn start_with(root: &Path, data: &Path, workspace: &Path, extra: &[&str]) -> Server {
-        let mut child = local_command(root, data, workspace)
-            .arg("--secrets")
-            .arg(root.join("secrets.yaml"))
+        Server::start_logged(root, data, workspace, extra, None)
+    }
+
+    /// A server with these arguments, its log (stderr, at `info`) in `log` when given. The
+    /// secrets file is passed unless the arguments name Vault.
+    pub fn start_logged(
+        root: &Path,
+        data: &Path,
+        workspace: &Path,
+        extra: &[&str],
+        log: Option<&Path>,
+    ) -> Server {
+        let mut command = local_command(root, data, workspace);
+        if !extra.contains(&"--vault-addr") {
+            command.arg("--secrets").arg(root.join("secrets.yaml"));
+        }
+        let stderr = match log {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("log file"),
+            ),
+            None => Stdio::inherit(),
+        };
+        let mut child = command
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("toolgate local starts");
         let stdout = child.stdout.take().expect("stdout");
@@ -202,7 +226,12 @@ impl Server {
             .split("serving toolgate.v1 on ")
             .nth(1)
             .and_then(|r| r.split(' ').next())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .unwrap_or_else(|| {
+                let log = log
+                    .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+                    .unwrap_or_default();
+                panic!("unexpected first line: {line:?}\n{log}")
+            })
             .to_string();
         Server { child, addr }
     }

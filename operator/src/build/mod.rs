@@ -134,6 +134,28 @@ pub fn config_map(o: &Owner<'_>, spec: &ExecSpec) -> Result<ConfigMap, serde_jso
     })
 }
 
+/// Name of the Secret that keeps a call's lease id until the lease is revoked.
+pub fn lease_name(call: &str) -> String {
+    format!("{}-lease", child_name(call))
+}
+
+/// The lease a call's credential holds, kept (never mounted) until it is revoked: the call's
+/// credential Secret goes when the pod ends, this one when Vault confirms the revocation, so an
+/// operator that restarts in between still revokes it.
+pub fn lease_secret(o: &Owner<'_>, lease: &toolgate_broker::Lease) -> Secret {
+    let mut metadata = meta(o, "lease");
+    metadata.name = Some(lease_name(o.name));
+    Secret {
+        metadata,
+        string_data: Some(BTreeMap::from([
+            ("leaseId".to_string(), lease.id.clone()),
+            ("binding".to_string(), lease.binding.clone()),
+        ])),
+        type_: Some("toolgate.dev/lease".into()),
+        ..Default::default()
+    }
+}
+
 /// The brokered credential as a Secret, one file.
 pub fn secret(o: &Owner<'_>, file_name: &str, value: &str) -> Secret {
     Secret {

@@ -52,12 +52,12 @@ pub(super) async fn start(
         }
     };
     let described = plan::described(call, &run.target, &sandbox.spec);
-    let (credential, issued) = broker(ctx, ns, &run.target, &sandbox.spec);
+    let (credential, issued) = broker(ctx, ns, &run.target, &sandbox.spec).await;
     let children = plan::children(
         &owner,
         &run.target,
         sandbox,
-        issued.as_ref().map(|(f, v)| (f.as_str(), v.expose())),
+        issued.as_ref().map(|(f, v, _)| (f.as_str(), v.expose())),
         &ctx.config,
     )
     .map_err(|source| Error::Json {
@@ -72,6 +72,18 @@ pub(super) async fn start(
         credential,
         format!("pod {child} created; the executor starts in it"),
     );
+    let lease = issued.and_then(|(_, _, lease)| lease);
+    if let Some(lease) = &lease {
+        // Kept before anything else: whatever happens next, the lease is revoked.
+        Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .patch(
+                &build::lease_name(&name),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&build::lease_secret(&owner, lease)),
+            )
+            .await
+            .map_err(kube_error("keeping the call's lease"))?;
+    }
     if steps.last().and_then(|s| s.phase) == Some(CallPhase::Running) {
         apply_children(&ctx.client, ns, &child, children).await?;
         status.runtime.get_or_insert_with(Default::default).pod_name = Some(child);
@@ -117,21 +129,35 @@ async fn prepare(
     Ok(Ok(sandbox))
 }
 
-/// Issue the call's credential, if it has one: how it went (for CredentialsBound), and the
-/// file name and value for its Secret.
-fn broker(
+/// What the broker issued: the file name, the value for the call's Secret, and its lease.
+type Issued = (
+    String,
+    toolgate_broker::Secret,
+    Option<toolgate_broker::Lease>,
+);
+
+/// Issue the call's credential, if it has one (it lives no longer than the tool's timeout): how
+/// it went (for CredentialsBound), and what to put in its Secrets.
+async fn broker(
     ctx: &Context,
     ns: &str,
     target: &RunTarget<'_>,
     spec: &toolgate_core::exec::ExecSpec,
-) -> (Credential, Option<(String, toolgate_broker::Secret)>) {
+) -> (Credential, Option<Issued>) {
     let Some((binding, b)) = target.binding else {
         return (Credential::NotRequired, None);
     };
-    match ctx.config.broker.issue(ns, binding, b) {
+    let request = toolgate_broker::Request {
+        namespace: ns,
+        name: binding,
+        binding: b,
+        deadline_seconds: Some(u64::from(target.tool.spec.execution.timeout_ms).div_ceil(1000)),
+    };
+    match ctx.config.broker.issue(request).await {
         Err(e) => (
             Credential::Failed {
                 binding: binding.into(),
+                reason: e.reason(),
                 error: e.to_string(),
             },
             None,
@@ -149,8 +175,9 @@ fn broker(
                         build::child_name(&spec.call.name)
                     ),
                     ttl_seconds: u64::from(issued.ttl_seconds),
+                    leased: issued.lease.is_some(),
                 },
-                Some((file, issued.value)),
+                Some((file, issued.value, issued.lease)),
             )
         }
     }

@@ -34,6 +34,9 @@ pub(super) async fn finish(
         });
     let keep_pod = failed && keep_until.is_some_and(|t| t > jiff::Timestamp::now());
     remove_children(&ctx.client, ns, &name, !keep_pod).await?;
+    if let Some(retry) = super::lease::revoke(call, ctx, ns, status, false).await? {
+        return Ok(Action::requeue(retry));
+    }
     Ok(if keep_pod {
         Action::requeue(ctx.config.keep_failed_pods)
     } else {

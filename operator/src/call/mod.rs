@@ -13,6 +13,7 @@
 mod apply;
 mod cleanup;
 mod dereference;
+mod lease;
 mod observe;
 mod plan;
 mod record;
@@ -104,6 +105,9 @@ pub enum Error {
     /// A ToolCall without a namespace (the CRD is namespaced: a bug if seen).
     #[error("ToolCall {0} has no namespace")]
     NoNamespace(String),
+    /// The call's lease could not be revoked yet (its condition says why); retried.
+    #[error("ToolCall {0}: its credential's lease is not revoked yet; retrying")]
+    LeaseHeld(String),
     /// Every attempt to write a grant's budget lost to a concurrent write (retried later).
     #[error("grant {0}: every write of its budget conflicted with another; trying again later")]
     BudgetContended(String),
@@ -121,6 +125,7 @@ impl Error {
             Error::Kube { .. } => "KubeApiFailed",
             Error::Json { .. } => "SerializationFailed",
             Error::NoNamespace(_) => "NoNamespace",
+            Error::LeaseHeld(_) => "LeaseHeld",
             Error::BudgetContended(_) => "BudgetContended",
             Error::Finalizer(inner) => match &**inner {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.category(),
@@ -151,6 +156,14 @@ pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<
             Finalizer::Apply(call) => advance(&call, &ctx, &ns).await,
             Finalizer::Cleanup(call) => {
                 cleanup::remove_children(&ctx.client, &ns, &call.name_any(), true).await?;
+                // The finalizer stays until the lease is revoked: a deleted call leaks nothing.
+                let status = call.status.clone().unwrap_or_default();
+                if lease::revoke(&call, &ctx, &ns, &status, true)
+                    .await?
+                    .is_some()
+                {
+                    return Err(Error::LeaseHeld(call.name_any()));
+                }
                 Ok(Action::await_change())
             }
         }

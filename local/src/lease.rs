@@ -1,0 +1,74 @@
+//! Revoking the leases a call holds once it ended (the core says when: [`lease_to_revoke`]):
+//! retried with backoff until the broker answers, each new failure recorded as
+//! `CredentialsRevoked=False` with its reason, never dropped. A lease stays in the call's record
+//! until it is revoked, so a restart picks up what a crash left.
+
+use std::time::Duration;
+
+use toolgate_core::lifecycle::{lease_to_revoke, revocation};
+
+use crate::broker::Lease;
+use crate::runtime::Runtime;
+use crate::store::CallRecord;
+
+/// The longest wait between two attempts to revoke a lease.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Revoke the leases of a call that ended.
+pub(crate) fn revoke_held(rt: &Runtime, rec: &CallRecord) {
+    revoke_if(rt, rec, false);
+}
+
+/// Revoke the leases a call holds after a restart: no sandbox survived it.
+pub(crate) fn revoke_after_restart(rt: &Runtime, rec: &CallRecord) {
+    revoke_if(rt, rec, true);
+}
+
+fn revoke_if(rt: &Runtime, rec: &CallRecord, after_restart: bool) {
+    if !lease_to_revoke(&rec.status, after_restart) {
+        return;
+    }
+    for lease in &rec.leases {
+        spawn_revoke(rt.clone(), rec.id.clone(), lease.clone());
+    }
+}
+
+fn spawn_revoke(rt: Runtime, id: String, lease: Lease) {
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(500);
+        let mut reported: Option<String> = None;
+        loop {
+            match rt.inner.config.broker.revoke(&lease).await {
+                Ok(()) => {
+                    let recorded = rt
+                        .transition(&id, |rec| {
+                            rec.leases.retain(|l| l.id != lease.id);
+                            Ok(revocation(&lease.binding, Ok(())))
+                        })
+                        .await;
+                    if let Err(e) = recorded {
+                        tracing::error!(call = %id, error = %e, "recording a revoked lease");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    tracing::warn!(call = %id, binding = %lease.binding, error = %why, "revoking a lease failed; retrying");
+                    if reported.as_deref() != Some(why.as_str()) {
+                        let recorded = rt
+                            .transition(&id, |_| {
+                                Ok(revocation(&lease.binding, Err((e.reason(), why.clone()))))
+                            })
+                            .await;
+                        if let Err(e) = recorded {
+                            tracing::error!(call = %id, error = %e, "recording a failed revocation");
+                        }
+                        reported = Some(why);
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    });
+}
