@@ -505,3 +505,111 @@ async fn vault_down_or_refusing_fails_the_call_with_its_reason_and_recovers() {
     let log = std::fs::read_to_string(suite.dir.path().join("server.log")).unwrap_or_default();
     assert!(!log.contains(CANARY), "the credential reached the log");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revocation_that_fails_is_shown_and_retried_until_vault_answers() {
+    let Some(suite) = Suite::new() else { return };
+    let server = suite.server();
+    let mut c = server.client().await;
+    let call = submit(&mut c, "vault.sa-sleep", serde_json::json!({"seconds": "2"}), "execute").await;
+    wait_phase(&mut c, &call.id, &["Running"]).await;
+    wait_until("the lease exists", async || suite.leases().len() == 1).await;
+    // Sealed while the call runs: its end cannot revoke the lease (Vault keeps it, sealed).
+    suite.vault.seal();
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded");
+    let mut failed = None;
+    wait_until("CredentialsRevoked=False", async || {
+        let call = get(&mut c, &call.id).await;
+        failed = condition(&call, "CredentialsRevoked").filter(|k| k.status == "False").cloned();
+        failed.is_some()
+    })
+    .await;
+    let failed = failed.expect("condition");
+    assert_eq!(failed.reason, "RevokeFailed", "{failed:?}");
+    assert!(
+        failed.message.contains("BrokerUnavailable") && failed.message.contains("retried"),
+        "{failed:?}"
+    );
+    // Unsealed: the retry goes through, and the lease is gone.
+    suite.vault.unseal();
+    let done = revoked(&mut c, &call.id).await;
+    assert_eq!(
+        condition(&done, "CredentialsRevoked").map(|k| k.reason.as_str()),
+        Some("LeaseRevoked")
+    );
+    assert!(suite.leases().is_empty(), "{:?}", suite.leases());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_vault_token_is_refused_with_its_reason_and_a_rotated_one_is_read_again() {
+    let Some(suite) = Suite::new() else { return };
+    // The broker's token expires a second after it is made.
+    let short = suite.vault.token(&["toolgate-local"], "1s");
+    write_private(&suite.dir.path().join("vault-token"), &short);
+    let server = suite.server();
+    let mut c = server.client().await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let call = submit(&mut c, "vault.print", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    let bound = condition(&done, "CredentialsBound").expect("bound");
+    assert_eq!(
+        (done.phase.as_str(), bound.reason.as_str()),
+        ("Failed", "BrokerForbidden"),
+        "{bound:?}"
+    );
+    assert!(bound.message.contains("invalid token"), "{bound:?}");
+    assert!(!format!("{done:?}").contains(&short), "the token leaked");
+    // The platform team rotates the file: the next call logs in with the new token.
+    write_private(
+        &suite.dir.path().join("vault-token"),
+        &suite.vault.token(&["toolgate-local"], "1h"),
+    );
+    let call = submit(&mut c, "vault.print", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approle_credentials_from_a_file_log_the_broker_in() {
+    let Some(suite) = Suite::new() else { return };
+    let v = &suite.vault;
+    v.ok(&["auth", "enable", "approle"]);
+    v.ok(&[
+        "write",
+        "auth/approle/role/toolgate-local",
+        "token_policies=toolgate-local",
+        "token_ttl=10m",
+    ]);
+    let role_id = v
+        .ok(&["read", "-field=role_id", "auth/approle/role/toolgate-local/role-id"])
+        .trim()
+        .to_string();
+    let secret_id = v
+        .ok(&["write", "-f", "-field=secret_id", "auth/approle/role/toolgate-local/secret-id"])
+        .trim()
+        .to_string();
+    let root = suite.dir.path();
+    let file = root.join("approle.yaml");
+    write_private(&file, &format!("roleId: {role_id}\nsecretId: {secret_id}\n"));
+    let server = Server::start_logged(
+        root,
+        &root.join("data"),
+        &root.join("workspace"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--vault-addr",
+            &suite.vault.addr,
+            "--vault-approle-file",
+            &file.display().to_string(),
+        ],
+        Some(&root.join("server.log")),
+    );
+    let mut c = server.client().await;
+    let call = submit(&mut c, "vault.print", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    let log = std::fs::read_to_string(root.join("server.log")).unwrap_or_default();
+    assert!(!log.contains(&secret_id), "the secret id reached the log");
+}

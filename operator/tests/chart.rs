@@ -216,3 +216,55 @@ fn the_chart_serves_the_agent_api_over_tls_by_default() {
     ]));
     assert!(!args_of(&docs).iter().any(|a| a.starts_with("--grpc-tls")));
 }
+
+/// With `credentials.vault.address` the operator brokers from Vault: it logs in with a projected
+/// token of its own service account for Vault's audience, and the operator accepts the flags.
+#[test]
+fn the_chart_points_the_operator_at_vault_with_a_projected_token() {
+    if !have_cluster() {
+        return;
+    }
+    let docs = documents(&helm_template(&[
+        "--namespace",
+        "toolgate-system",
+        "--set",
+        "credentials.vault.address=https://vault.vault.svc:8200",
+        "--set",
+        "credentials.vault.caSecretName=vault-ca",
+        "--set",
+        "credentials.secretsFileSecret=ignored-when-vault-is-set",
+    ]));
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
+    let spec = &deployment["spec"]["template"]["spec"];
+    let args: Vec<String> = spec["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    for want in [
+        "--vault-addr=https://vault.vault.svc:8200",
+        "--vault-role=toolgate-operator",
+        "--vault-token-file=/var/run/secrets/toolgate/vault/token",
+        "--vault-ca=/etc/toolgate/vault-ca/ca.crt",
+    ] {
+        assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+    }
+    assert!(!args.iter().any(|a| a.starts_with("--secrets")), "{args:?}");
+    let volumes = spec["volumes"].to_string();
+    assert!(
+        volumes.contains(r#""audience":"vault""#) && volumes.contains("serviceAccountToken"),
+        "{volumes}"
+    );
+    // The operator parses what the chart renders (it stops later, at the missing context).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+        .args(&args)
+        .args(["--context", "no-such-context"])
+        .output()
+        .expect("operator");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(2), "clap refused the chart's flags: {err}");
+}
