@@ -511,7 +511,13 @@ async fn a_revocation_that_fails_is_shown_and_retried_until_vault_answers() {
     let Some(suite) = Suite::new() else { return };
     let server = suite.server();
     let mut c = server.client().await;
-    let call = submit(&mut c, "vault.sa-sleep", serde_json::json!({"seconds": "2"}), "execute").await;
+    let call = submit(
+        &mut c,
+        "vault.sa-sleep",
+        serde_json::json!({"seconds": "2"}),
+        "execute",
+    )
+    .await;
     wait_phase(&mut c, &call.id, &["Running"]).await;
     wait_until("the lease exists", async || suite.leases().len() == 1).await;
     // Sealed while the call runs: its end cannot revoke the lease (Vault keeps it, sealed).
@@ -521,7 +527,9 @@ async fn a_revocation_that_fails_is_shown_and_retried_until_vault_answers() {
     let mut failed = None;
     wait_until("CredentialsRevoked=False", async || {
         let call = get(&mut c, &call.id).await;
-        failed = condition(&call, "CredentialsRevoked").filter(|k| k.status == "False").cloned();
+        failed = condition(&call, "CredentialsRevoked")
+            .filter(|k| k.status == "False")
+            .cloned();
         failed.is_some()
     })
     .await;
@@ -582,16 +590,28 @@ async fn approle_credentials_from_a_file_log_the_broker_in() {
         "token_ttl=10m",
     ]);
     let role_id = v
-        .ok(&["read", "-field=role_id", "auth/approle/role/toolgate-local/role-id"])
+        .ok(&[
+            "read",
+            "-field=role_id",
+            "auth/approle/role/toolgate-local/role-id",
+        ])
         .trim()
         .to_string();
     let secret_id = v
-        .ok(&["write", "-f", "-field=secret_id", "auth/approle/role/toolgate-local/secret-id"])
+        .ok(&[
+            "write",
+            "-f",
+            "-field=secret_id",
+            "auth/approle/role/toolgate-local/secret-id",
+        ])
         .trim()
         .to_string();
     let root = suite.dir.path();
     let file = root.join("approle.yaml");
-    write_private(&file, &format!("roleId: {role_id}\nsecretId: {secret_id}\n"));
+    write_private(
+        &file,
+        &format!("roleId: {role_id}\nsecretId: {secret_id}\n"),
+    );
     let server = Server::start_logged(
         root,
         &root.join("data"),

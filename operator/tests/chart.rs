@@ -266,5 +266,9 @@ fn the_chart_points_the_operator_at_vault_with_a_projected_token() {
         .output()
         .expect("operator");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(2), "clap refused the chart's flags: {err}");
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "clap refused the chart's flags: {err}"
+    );
 }

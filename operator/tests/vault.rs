@@ -328,10 +328,41 @@ fn a_lease_is_revoked_when_its_call_ends_is_deleted_or_outlives_its_operator() {
         s.leases()
     );
 
-    // The operator killed mid-call: the next one revokes the lease when the call ends.
-    s.call("orphan", "vault.sa-sleep", "{seconds: \"4\"}");
+    // Cancelled while it runs (what CancelCall sets).
+    s.call("stopped", "vault.sa-sleep", "{seconds: \"30\"}");
+    wait_for(&ns, "toolcall/stopped", "{.status.phase}", &["Running"]);
+    s.wait_lease();
+    ok(
+        &[
+            "annotate",
+            "toolcall",
+            "stopped",
+            "-n",
+            &ns,
+            "toolgate.dev/cancel-requested=alice@example.com: not needed",
+        ],
+        None,
+    );
+    wait_for(&ns, "toolcall/stopped", "{.status.phase}", &["Cancelled"]);
+    s.revoked("stopped");
+
+    // The operator killed mid-call, and the call ends while none runs: the next one revokes the
+    // lease when it finds the call ended.
+    let mut s = s;
+    s.call("orphan", "vault.sa-sleep", "{seconds: \"3\"}");
     wait_for(&ns, "toolcall/orphan", "{.status.phase}", &["Running"]);
     s.wait_lease();
+    s.operator = None;
+    wait_for(&ns, "pod/tg-orphan", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(&ns, "toolcall/orphan", "{.status.phase}"),
+        "Running"
+    );
+    assert_eq!(
+        s.leases().len(),
+        1,
+        "nobody revoked it while no operator ran"
+    );
     let s = s.with_operator();
     wait_for(&ns, "toolcall/orphan", "{.status.phase}", &["Succeeded"]);
     s.revoked("orphan");
