@@ -8,6 +8,8 @@
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
 #   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
 #     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
+#   - the MCP servers the MCP suites govern (PyPI mcp-server-time, in a virtualenv cached under
+#     ~/.cache/toolgate/mcp-servers);
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
 #     after the cargo tests on a full run.
 # Arguments are passed to `cargo test`.
@@ -46,6 +48,23 @@ if [ ! -x "$HELM" ]; then
   (cd "$(mktemp -d)" && GOBIN="$(dirname "$HELM")" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
 fi
 export TOOLGATE_HELM="$HELM"
+
+# Real MCP servers for the MCP suites, in a virtualenv of the system's Python (its interpreter is
+# under /usr, which every sandbox sees; the suites name the virtualenv as a read root).
+MCP_SERVERS="$CACHE/mcp-servers"
+if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ]; then
+  log "installing the MCP test servers (mcp-server-time) into $MCP_SERVERS (once)"
+  if ! /usr/bin/python3 -m venv "$MCP_SERVERS" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      rm -rf "$MCP_SERVERS"; /usr/bin/python3 -m venv "$MCP_SERVERS"
+    else
+      log "/usr/bin/python3 cannot make a virtualenv: install Debian's python3-venv"; exit 1
+    fi
+  fi
+  "$MCP_SERVERS/bin/python" -m pip install --quiet --disable-pip-version-check 'mcp-server-time==2026.10.*'
+fi
+export TOOLGATE_MCP_SERVERS="$MCP_SERVERS"
 
 # A real Vault for the credential-broker suites (built once from its Go module, cached; each
 # suite starts its own dev server on a free loopback port).

@@ -13,6 +13,7 @@ mod exit;
 mod gitops;
 mod lint_cmd;
 mod local_cmd;
+mod mcp_cmd;
 mod out;
 mod policy_cmds;
 
@@ -138,6 +139,40 @@ enum Command {
     /// Policy tests for CI.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Tools of MCP servers, governed like any other.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Print the ToolDescriptors a saved `tools/list` answer (`{"tools": [...]}`, a JSON-RPC
+    /// response, or a bare array) would register, for review in a pull request: names
+    /// namespaced, annotations believed as far as --trust says, each tool `discovered` until a
+    /// reviewer enables its exact digest. Offline: nothing is started. Exits 1 when a tool is
+    /// refused (each is named with why), 2 when the file cannot be read.
+    Normalize {
+        /// The server's name: the first part of each tool's name.
+        #[arg(long)]
+        server: String,
+        /// How far the server's annotations are believed.
+        #[arg(long, value_enum, default_value = "third-party")]
+        trust: mcp_cmd::Trust,
+        /// Namespace of the descriptors.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// The SandboxPolicy its tools run under.
+        #[arg(long)]
+        sandbox_policy: String,
+        /// The server's version (`serverInfo.version`), if semantic; else 0.0.0.
+        #[arg(long)]
+        server_version: Option<String>,
+        /// The saved tools/list answer.
+        file: PathBuf,
+        /// The command that starts the server (stdio), run inside each call's sandbox.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -249,6 +284,25 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Test { dir, output, now }) => {
             gitops::policy_test(&dir, output, now.as_deref())
         }
+        Command::Mcp(McpCommand::Normalize {
+            server,
+            trust,
+            namespace,
+            sandbox_policy,
+            server_version,
+            file,
+            command,
+        }) => mcp_cmd::normalize(
+            &toolgate_core::mcp::ServerConfig {
+                name: &server,
+                trust: trust.into(),
+                namespace: &namespace,
+                command: &command,
+                sandbox_policy: &sandbox_policy,
+                version: server_version.as_deref(),
+            },
+            &file,
+        ),
     };
     match result {
         Ok(code) => code,

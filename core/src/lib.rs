@@ -13,6 +13,7 @@ pub mod exec;
 pub mod lifecycle;
 pub mod lint;
 pub mod manifest;
+pub mod mcp;
 pub mod names;
 pub mod policy_diff;
 pub mod policy_test;

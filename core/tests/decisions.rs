@@ -254,11 +254,11 @@ fn lifecycle_and_provenance() {
             json!("untrusted"),
             Lifecycle::Blocked,
         ),
-        // No runtime runs MCP tools yet: checked, never callable.
+        // Discovered on an MCP server and not reviewed in this version: in no view, not callable.
         (
-            "/spec/execution",
-            json!({"adapter": "mcp", "timeoutMs": 5000}),
-            Lifecycle::Verified,
+            "/spec/source",
+            json!({"type": "mcp", "serverId": "files"}),
+            Lifecycle::Discovered,
         ),
     ];
     for (pointer, value, lifecycle) in cases {

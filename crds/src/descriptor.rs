@@ -63,6 +63,11 @@ use crate::common::{
         "rule": "self.execution.adapter != 'http' || has(self.execution.http)",
         "message": "an http tool needs execution.http (method and urlTemplate)",
         "fieldPath": ".execution.http"
+    },
+    {
+        "rule": "self.execution.adapter != 'mcp' || (has(self.execution.mcp) && has(self.execution.argv) && size(self.execution.argv) > 0)",
+        "message": "an mcp tool names its server's command (execution.argv) and its tool there (execution.mcp.tool)",
+        "fieldPath": ".execution.mcp"
     }
 ]))]
 pub struct ToolDescriptorSpec {
@@ -455,8 +460,9 @@ pub struct Execution {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub image: Option<String>,
-    /// argv template for the `cli` adapter. Each element is one argument; `{{name}}` is
-    /// replaced by the arg `name`. Never passed to a shell.
+    /// argv template for the `cli` adapter, or the command of an `mcp` tool's stdio server. Each
+    /// element is one argument; `{{name}}` is replaced by the arg `name` (`cli` only). Never
+    /// passed to a shell.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128), inner(length(min = 1, max = 4096)))]
     pub argv: Vec<String>,
@@ -474,12 +480,25 @@ pub struct Execution {
     /// The operation of the `builtin` adapter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<BuiltinOperation>,
+    /// The tool of the `mcp` adapter: which tool of the server `argv` starts (stdio), called
+    /// with the call's args as its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpExecution>,
     /// Wall-clock limit of one attempt, in milliseconds.
     #[schemars(range(min = 100, max = 3600000))]
     pub timeout_ms: u32,
     /// Retries on failure.
     #[serde(default)]
     pub retry_policy: RetryPolicy,
+}
+
+/// A tool on an MCP server.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpExecution {
+    /// The tool's name on its server (`get_current_time`), as `tools/list` gave it.
+    #[schemars(length(min = 1, max = 256))]
+    pub tool: String,
 }
 
 /// The adapter that runs a tool.

@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod cli;
 pub mod effects;
 pub mod http;
+mod mcp;
 pub mod outcome;
 pub mod render;
 pub mod result;

@@ -42,10 +42,8 @@ pub async fn execute(
             crate::http::run_http(spec, credentials, &store, &redactor).await?
         }
         ExecutionAdapter::Builtin => run_builtin(spec, &store, &redactor).await?,
-        other => {
-            return Err(ExecError::Unrunnable(format!(
-                "execution.adapter {other:?} is not run by this executor build"
-            )));
+        ExecutionAdapter::Mcp => {
+            crate::mcp::run_mcp(spec, credentials, credentials_dir, &store, &redactor).await?
         }
     };
     if let Some(before) = before {
@@ -102,7 +100,7 @@ fn redact_value(redactor: &Redactor, v: Value) -> Value {
     }
 }
 
-async fn pump<R: AsyncRead + Unpin>(
+pub(crate) async fn pump<R: AsyncRead + Unpin>(
     mut from: R,
     sink: &mut Sink<'_>,
     keep: Option<&mut Vec<u8>>,
@@ -124,13 +122,63 @@ async fn pump<R: AsyncRead + Unpin>(
     }
 }
 
-fn kill_group(pid: Option<u32>) {
+pub(crate) fn kill_group(pid: Option<u32>) {
     if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+}
+
+/// The tool's process, as every adapter that starts one needs it: only the environment the
+/// spec names (and the credentials), its working directory, its own process group, the
+/// sandbox's seccomp filters and, when the spec asks, Landlock confinement. Its stdio is the
+/// caller's to set.
+pub(crate) fn tool_process(
+    spec: &ExecSpec,
+    credentials: &[Credential],
+    credentials_dir: &Path,
+    program: &str,
+    args: &[String],
+) -> Result<tokio::process::Command, ExecError> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).env_clear();
+    for name in &spec.env.inherit {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd.envs(&spec.env.set);
+    if credentials.iter().any(|c| c.file.env_name.is_none()) {
+        cmd.env("TOOLGATE_CREDENTIALS_DIR", credentials_dir);
+    }
+    for c in credentials {
+        if let Some(name) = &c.file.env_name {
+            cmd.env(name, &c.value);
+        }
+    }
+    if spec.dry_run {
+        cmd.env("TOOLGATE_DRY_RUN", "1");
+    }
+    if let Some(dir) = &spec.working_dir {
+        cmd.current_dir(dir);
+    }
+    cmd.process_group(0).kill_on_drop(true);
+    // The sandbox's seccomp filters on the tool itself: in a pod nothing else refuses setuid
+    // modes, device nodes and FIFOs (in the embedded sandbox they stack on bubblewrap's copy).
+    toolgate_sandbox::seccomp::apply_in_child(cmd.as_std_mut())
+        .map_err(|e| ExecError::Unrunnable(e.to_string()))?;
+    if let Some(rules) = &spec.confinement {
+        let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
+        if credentials.iter().any(|c| c.file.env_name.is_none()) {
+            rules.read.push(credentials_dir.to_path_buf());
+        }
+        // Built here, applied in the child: the tool loses what the executor keeps for itself
+        // (the spec, the result file, the artifact folder).
+        toolgate_sandbox::confine::Confinement::prepare(&rules)?.apply_in_child(cmd.as_std_mut());
+    }
+    Ok(cmd)
 }
 
 async fn run_cli(
@@ -152,50 +200,14 @@ async fn run_cli(
         .as_deref()
         .map(|t| render_text(t, "execution.stdin", &spec.args))
         .transpose()?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(rest).env_clear();
-    for name in &spec.env.inherit {
-        if let Some(v) = std::env::var_os(name) {
-            cmd.env(name, v);
-        }
-    }
-    cmd.envs(&spec.env.set);
-    if credentials.iter().any(|c| c.file.env_name.is_none()) {
-        cmd.env("TOOLGATE_CREDENTIALS_DIR", credentials_dir);
-    }
-    for c in credentials {
-        if let Some(name) = &c.file.env_name {
-            cmd.env(name, &c.value);
-        }
-    }
-    if spec.dry_run {
-        cmd.env("TOOLGATE_DRY_RUN", "1");
-    }
-    if let Some(dir) = &spec.working_dir {
-        cmd.current_dir(dir);
-    }
+    let mut cmd = tool_process(spec, credentials, credentials_dir, program, rest)?;
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
         Stdio::null()
     })
     .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .process_group(0)
-    .kill_on_drop(true);
-    // The sandbox's seccomp filters on the tool itself: in a pod nothing else refuses setuid
-    // modes, device nodes and FIFOs (in the embedded sandbox they stack on bubblewrap's copy).
-    toolgate_sandbox::seccomp::apply_in_child(cmd.as_std_mut())
-        .map_err(|e| ExecError::Unrunnable(e.to_string()))?;
-    if let Some(rules) = &spec.confinement {
-        let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
-        if credentials.iter().any(|c| c.file.env_name.is_none()) {
-            rules.read.push(credentials_dir.to_path_buf());
-        }
-        // Built here, applied in the child: the tool loses what the executor keeps for itself
-        // (the spec, the result file, the artifact folder).
-        toolgate_sandbox::confine::Confinement::prepare(&rules)?.apply_in_child(cmd.as_std_mut());
-    }
+    .stderr(Stdio::piped());
 
     let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
     let mut err = Sink::open(

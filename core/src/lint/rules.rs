@@ -11,6 +11,9 @@ use super::{Finding, Severity, join_path};
 use crate::manifest::{Object, ObjectSet, Spec};
 use crate::{digest, risk, secrets, template};
 
+/// The finding of a tool discovered on an MCP server that no reviewer has read in this version.
+pub const MCP_NOT_REVIEWED: &str = "mcp-not-reviewed";
+
 /// One finding of an object: severity, field path, code, message.
 pub type Local = (Severity, String, &'static str, String);
 
@@ -449,13 +452,27 @@ fn descriptor(
         }
     }
 
-    if d.execution.adapter == ExecutionAdapter::Mcp {
-        out.push((
-            Severity::Warning,
-            "spec.execution.adapter".into(),
-            "adapter-not-runnable",
-            "neither runtime runs the mcp adapter yet: the tool stays verified (out of every view, never callable) until it does".into(),
-        ));
+    // A tool discovered on an MCP server says what its server says: a person reads this exact
+    // version before any model sees it (a changed description or schema needs a new review).
+    if d.source.type_ == toolgate_crds::SourceType::Mcp {
+        let digest = digest::descriptor_digest(d).unwrap_or_default();
+        if obj
+            .meta
+            .annotations
+            .get(super::poisoning::REVIEWED_ANNOTATION)
+            != Some(&digest)
+        {
+            out.push((
+                Severity::Warning,
+                "metadata.annotations".into(),
+                MCP_NOT_REVIEWED,
+                format!(
+                    "discovered on MCP server {}: the tool stays out of every view until a reviewer who read this version sets metadata.annotations[\"{}\"] to {digest:?}",
+                    d.source.server_id.as_deref().unwrap_or("(unnamed)"),
+                    super::poisoning::REVIEWED_ANNOTATION,
+                ),
+            ));
+        }
     }
 
     // Anything that executes needs a resolved sandbox (invariant 10).

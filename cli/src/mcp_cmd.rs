@@ -1,0 +1,63 @@
+//! `toolgate mcp normalize`: a saved `tools/list` answer as the ToolDescriptors toolgate would
+//! register, through the same normalization as the runtimes (`toolgate_core::mcp`).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::out::out;
+use toolgate_core::mcp::{ServerConfig, normalize as normalize_tools, parse_list, to_yaml};
+
+/// The server's trust level, as the command line spells it.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Trust {
+    /// Run by the team that runs toolgate: its annotations set effects and risk.
+    FirstParty,
+    /// Part of the team's workspace: as first party.
+    Workspace,
+    /// Someone else's: only annotations that raise risk count.
+    ThirdParty,
+    /// Registered as blocked.
+    Untrusted,
+}
+
+impl From<Trust> for toolgate_crds::TrustLevel {
+    fn from(t: Trust) -> Self {
+        match t {
+            Trust::FirstParty => toolgate_crds::TrustLevel::FirstParty,
+            Trust::Workspace => toolgate_crds::TrustLevel::Workspace,
+            Trust::ThirdParty => toolgate_crds::TrustLevel::ThirdParty,
+            Trust::Untrusted => toolgate_crds::TrustLevel::Untrusted,
+        }
+    }
+}
+
+/// Print the descriptors; refused tools go to stderr with their reason (exit 1).
+pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitCode> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("toolgate: {}: {e}", file.display());
+            return Ok(ExitCode::from(crate::exit::EXIT_BAD_MANIFESTS));
+        }
+    };
+    let tools = match parse_list(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("toolgate: {}: {e}", file.display());
+            return Ok(ExitCode::from(crate::exit::EXIT_BAD_MANIFESTS));
+        }
+    };
+    let (normalized, refused) = normalize_tools(server, &tools);
+    out!(
+        "{}",
+        to_yaml(server, &normalized).map_err(anyhow::Error::msg)?
+    );
+    for r in &refused {
+        eprintln!("toolgate: {}: refused {r}", file.display());
+    }
+    Ok(if refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
