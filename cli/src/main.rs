@@ -14,6 +14,7 @@ mod gitops;
 mod lint_cmd;
 mod local_cmd;
 mod mcp_cmd;
+mod mcp_serve;
 mod out;
 mod policy_cmds;
 
@@ -173,6 +174,10 @@ enum McpCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Serve the caller's governed tools to an MCP client over stdio (the client starts
+    /// `toolgate mcp serve --server … --token …`): tools/list is the caller's tool view,
+    /// tools/call proposes a call through the chain and waits for it, at most --wait-seconds.
+    Serve(mcp_serve::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -284,6 +289,7 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Test { dir, output, now }) => {
             gitops::policy_test(&dir, output, now.as_deref())
         }
+        Command::Mcp(McpCommand::Serve(args)) => mcp_serve::run(&cli.conn, args),
         Command::Mcp(McpCommand::Normalize {
             server,
             trust,

@@ -506,6 +506,7 @@ fn render_tool(t: &ExposedTool, format: ViewFormat) -> Value {
             "inputSchema": schema,
             "riskTier": t.tier,
             "riskLevel": t.risk_level,
+            "actionTypes": spec.intent.action_types,
             "approval": t.approval,
             "confirmation": t.confirmation,
             "reason": t.reason,

@@ -1,0 +1,335 @@
+//! `toolgate mcp serve`: toolgate as an MCP server (stdio) for MCP clients, in front of either
+//! runtime's gRPC API with the caller's token. `tools/list` is the caller's tool view in MCP
+//! format (why each tool is there in `_meta`), plus `toolgate.get_call`; `tools/call` proposes a
+//! governed call and waits for it — never longer than `--wait-seconds`. A call that needs a
+//! human returns at once with what it waits for (its id, the args and tool digests an approver
+//! binds); the client asks `toolgate.get_call` later. Nothing is decided here: the runtime
+//! behind the API decides, this only translates.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use toolgate_proto::v1 as pb;
+
+use crate::client::{Client, Conn};
+
+/// The tool that reports on a call proposed earlier.
+const GET_CALL: &str = "toolgate.get_call";
+
+/// Options of `toolgate mcp serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The task the MCP client works on: what the tool view is compiled for and what each
+    /// call's intent says (MCP carries no intent of its own).
+    #[arg(long, default_value = "the task the user asked for")]
+    pub intent: String,
+    /// Namespace of the tools (default: the caller's service-account namespace).
+    #[arg(long, default_value = "")]
+    pub namespace: String,
+    /// At most this many tools in the view.
+    #[arg(long, default_value_t = 32)]
+    pub max_tools: u32,
+    /// The longest a `tools/call` waits for its call to end before answering with its state.
+    #[arg(long, default_value_t = 60)]
+    pub wait_seconds: u64,
+}
+
+/// What the gateway needs to propose a call of a tool in the view.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// ToolDescriptor name.
+    object: String,
+    /// The digest the view showed: the call is pinned to what the client saw.
+    digest: String,
+    /// The first of its action types, for the call's intent.
+    action: String,
+}
+
+struct Gateway {
+    client: tokio::sync::Mutex<Client>,
+    args: ServeArgs,
+    entries: tokio::sync::Mutex<HashMap<String, Entry>>,
+}
+
+/// Serve MCP over stdin/stdout until the client goes.
+pub fn run(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = Client::from_conn(conn).await?;
+        let gateway = Gateway {
+            client: tokio::sync::Mutex::new(client),
+            args,
+            entries: tokio::sync::Mutex::new(HashMap::new()),
+        };
+        let service = gateway
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("starting the MCP server on stdio: {e}"))?;
+        service
+            .waiting()
+            .await
+            .map_err(|e| anyhow::anyhow!("serving MCP: {e}"))?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn text(t: impl Into<String>) -> ContentBlock {
+    ContentBlock::text(t.into())
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> McpError {
+    McpError::internal_error(format!("{what}: {e}"), None)
+}
+
+impl Gateway {
+    /// The caller's view, as MCP tools; remembers how to propose each.
+    async fn view(&self) -> Result<Vec<Tool>, McpError> {
+        let request = |format: pb::ViewFormat| pb::GetToolViewRequest {
+            namespace: self.args.namespace.clone(),
+            intent: self.args.intent.clone(),
+            format: format as i32,
+            max_tools: self.args.max_tools,
+            action_type: String::new(),
+            explain: false,
+        };
+        let (mcp, canonical) = {
+            let mut c = self.client.lock().await;
+            let mcp = c
+                .view(request(pb::ViewFormat::Mcp))
+                .await
+                .map_err(|s| internal("GetToolView", s.message()))?;
+            let canonical = c
+                .view(request(pb::ViewFormat::Canonical))
+                .await
+                .map_err(|s| internal("GetToolView", s.message()))?;
+            (mcp, canonical)
+        };
+        let listed: Vec<Value> =
+            serde_json::from_str(&mcp.payload_json).map_err(|e| internal("the view", e))?;
+        let details: Vec<Value> =
+            serde_json::from_str(&canonical.payload_json).map_err(|e| internal("the view", e))?;
+        let mut entries = HashMap::new();
+        let mut tools = Vec::new();
+        for mut tool in listed {
+            let name = tool["name"].as_str().unwrap_or_default().to_string();
+            let Some(d) = details.iter().find(|d| d["canonicalName"] == name.as_str()) else {
+                continue;
+            };
+            tool["_meta"] = json!({
+                "toolgate.dev/reason": d["reason"],
+                "toolgate.dev/approval": d["approval"],
+                "toolgate.dev/riskTier": d["riskTier"],
+            });
+            entries.insert(
+                name,
+                Entry {
+                    object: d["name"].as_str().unwrap_or_default().to_string(),
+                    digest: d["digest"].as_str().unwrap_or_default().to_string(),
+                    action: d["actionTypes"][0]
+                        .as_str()
+                        .unwrap_or("execute")
+                        .to_string(),
+                },
+            );
+            tools.push(serde_json::from_value::<Tool>(tool).map_err(|e| internal("a tool", e))?);
+        }
+        tools.push(
+            serde_json::from_value(json!({
+                "name": GET_CALL,
+                "description": "The state of a call proposed earlier through toolgate (one that waited for a human approval, or was still running): its phase, and its result once it ended.",
+                "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id"],
+                                "properties": {"id": {"type": "string", "description": "The call id toolgate answered with."}}},
+                "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
+            }))
+            .map_err(|e| internal("a tool", e))?,
+        );
+        *self.entries.lock().await = entries;
+        Ok(tools)
+    }
+
+    async fn entry(&self, name: &str) -> Result<Option<Entry>, McpError> {
+        if let Some(e) = self.entries.lock().await.get(name) {
+            return Ok(Some(e.clone()));
+        }
+        self.view().await?;
+        Ok(self.entries.lock().await.get(name).cloned())
+    }
+
+    async fn get(&self, id: &str) -> Result<pb::Call, tonic::Status> {
+        let mut c = self.client.lock().await;
+        let r = c.req(pb::GetCallRequest { id: id.into() });
+        Ok(c.api().get_call(r).await?.into_inner())
+    }
+
+    /// Wait until the call ends, waits for a human, or the wait is over.
+    async fn settle(&self, mut call: pb::Call) -> Result<pb::Call, tonic::Status> {
+        let deadline = Instant::now() + Duration::from_secs(self.args.wait_seconds);
+        while !matches!(
+            call.phase.as_str(),
+            "Succeeded" | "Failed" | "Denied" | "Cancelled" | "AwaitingApproval"
+        ) && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            call = self.get(&call.id).await?;
+        }
+        Ok(call)
+    }
+
+    async fn propose(&self, entry: &Entry, name: &str, args: Value) -> CallToolResult {
+        let request = pb::ProposeCallRequest {
+            namespace: self.args.namespace.clone(),
+            tool: entry.object.clone(),
+            tool_digest: entry.digest.clone(),
+            args_json: args.to_string(),
+            intent: Some(pb::Intent {
+                user_goal: self.args.intent.clone(),
+                current_task: format!("MCP tools/call {name}"),
+                action_type: entry.action.clone(),
+                rationale_summary: "called by an MCP client through toolgate mcp serve".into(),
+                evidence_refs: vec![],
+            }),
+            idempotency_key: String::new(),
+            dry_run: false,
+            session_id: String::new(),
+        };
+        let proposed = {
+            let mut c = self.client.lock().await;
+            c.propose(request).await
+        };
+        match proposed {
+            Err(s) => refused(&s),
+            Ok(call) => match self.settle(call).await {
+                Ok(call) => answer(&call),
+                Err(s) => refused(&s),
+            },
+        }
+    }
+}
+
+/// A refusal of the API, in words the client shows.
+fn refused(s: &tonic::Status) -> CallToolResult {
+    let (code, field) = toolgate_api::error::status_code_and_field(s);
+    let mut words = format!("toolgate refused the call ({code}): {}", s.message());
+    if let Some(field) = field.filter(|f| !f.is_empty()) {
+        words.push_str(&format!(" [field {field}]"));
+    }
+    CallToolResult::error(vec![text(words)])
+}
+
+/// A call as the MCP client sees it: its result once it ended, or what it waits for.
+fn answer(call: &pb::Call) -> CallToolResult {
+    let reasons = call
+        .reasons
+        .iter()
+        .map(|r| format!("{}: {}", r.code, r.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let state = json!({
+        "callId": call.id,
+        "phase": call.phase,
+        "argsDigest": call.args_digest,
+        "toolDigest": call.tool_digest,
+    });
+    match call.phase.as_str() {
+        "Succeeded" => {
+            let status: Value = serde_json::from_str(&call.status_json).unwrap_or(Value::Null);
+            let mut result = CallToolResult::success(vec![text(call.output_preview.clone())]);
+            let structured = &status["result"]["structuredOutput"];
+            if !structured.is_null() {
+                result.structured_content = Some(structured.clone());
+            }
+            result
+        }
+        "AwaitingApproval" => {
+            let mut result = CallToolResult::success(vec![text(format!(
+                "Call {} waits for a human approval ({reasons}). It runs once an approver binds args digest {} and tool digest {} (`toolgate approve {}`); then ask {GET_CALL} with {{\"id\": \"{}\"}} for its result.",
+                call.id, call.args_digest, call.tool_digest, call.id, call.id
+            ))]);
+            result.structured_content = Some(state);
+            result
+        }
+        "Failed" | "Denied" | "Cancelled" => {
+            // The first step that did not hold says why (the last only says the call ended).
+            let why = call
+                .conditions
+                .iter()
+                .find(|c| c.status == "False")
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or(reasons);
+            let mut result = CallToolResult::error(vec![text(format!(
+                "Call {} {}: {why}",
+                call.id,
+                call.phase.to_lowercase()
+            ))]);
+            result.structured_content = Some(state);
+            result
+        }
+        _ => {
+            let mut result = CallToolResult::success(vec![text(format!(
+                "Call {} is {}; ask {GET_CALL} with {{\"id\": \"{}\"}} for its result.",
+                call.id,
+                call.phase.to_lowercase(),
+                call.id
+            ))]);
+            result.structured_content = Some(state);
+            result
+        }
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Governed tools: every call is validated, decided by policy, approved by a human when its risk says so, and run in a sandbox. A call that waits for approval answers at once with its id; ask toolgate.get_call for its result later.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.view().await?))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        if name == GET_CALL {
+            let Some(id) = args["id"].as_str() else {
+                return Ok(CallToolResult::error(vec![text(
+                    "id: expected the call id toolgate answered with, found none",
+                )])
+                .into());
+            };
+            return Ok(match self.get(id).await {
+                Ok(call) => answer(&call),
+                Err(s) => refused(&s),
+            }
+            .into());
+        }
+        let Some(entry) = self.entry(&name).await? else {
+            return Ok(CallToolResult::error(vec![text(format!(
+                "{name} is not in your tool view for this task; list the tools again"
+            ))])
+            .into());
+        };
+        Ok(self.propose(&entry, &name, args).await.into())
+    }
+}

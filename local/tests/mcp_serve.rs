@@ -1,0 +1,155 @@
+//! `toolgate mcp serve` with a real MCP client — the official Python SDK (`mcp`, installed with
+//! the MCP test servers by tests/run.sh) — in front of a real `toolgate local`: the client lists
+//! the caller's governed tools, calls one through the chain, sees a call that needs a human
+//! answer at once with what it waits for, and gets its result after a reviewer approves over
+//! gRPC; bad args and a tool outside the view come back as errors it can show.
+
+mod support;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use support::*;
+
+fn python() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MCP_SERVERS") {
+        return Some(PathBuf::from(dir).join("bin/python"));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no MCP SDK: CI runs this suite through tests/run.sh, which installs it"
+    );
+    eprintln!("skipping: run tests/run.sh to install the MCP SDK");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_mcp_client_lists_calls_and_waits_for_an_approval_through_toolgate() {
+    let Some(python) = python() else { return };
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut grpc = server.client().await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_client.py");
+    let mut client = Command::new(python)
+        .arg(script)
+        .arg(toolgate_binary())
+        .arg(format!("http://{}", server.addr))
+        .env("TOOLGATE_TOKEN", AGENT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the MCP client starts");
+    let mut to_client = client.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
+    let mut next = |want: &str| -> serde_json::Value {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the client ended before {want}"))
+            .expect("line");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        assert_eq!(v["event"], want, "{v}");
+        v
+    };
+
+    // tools/list: the caller's view, with why each tool is there.
+    let tools = next("tools");
+    let names: Vec<&str> = tools["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        names.contains(&"test.echo") && names.contains(&"toolgate.get_call"),
+        "{names:?}"
+    );
+    // The same view an agent gets over gRPC for the same intent.
+    let view = grpc
+        .get_tool_view(req(
+            AGENT,
+            toolgate_proto::v1::GetToolViewRequest {
+                intent: "greet the user".into(),
+                max_tools: 32,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("view")
+        .into_inner();
+    let mut expected: Vec<&str> = view.exposed.iter().map(|t| t.name.as_str()).collect();
+    expected.push("toolgate.get_call");
+    let (mut got, mut want) = (names.clone(), expected);
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "the caller's view and nothing else");
+    assert!(
+        tools["meta"]["test.echo"]["toolgate.dev/reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{tools}"
+    );
+
+    // A call through the chain.
+    let echo = next("echo");
+    assert_eq!(echo["isError"], false, "{echo}");
+    assert!(
+        echo["text"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hello over mcp"),
+        "{echo}"
+    );
+
+    // A call that needs a human: answered at once with what it waits for.
+    let gated = next("gated");
+    assert_eq!(gated["state"]["phase"], "AwaitingApproval", "{gated}");
+    let id = gated["state"]["callId"]
+        .as_str()
+        .expect("call id")
+        .to_string();
+    assert!(
+        gated["text"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("waits for a human approval"),
+        "{gated}"
+    );
+    let call = get(&mut grpc, &id).await;
+    assert_eq!(gated["state"]["argsDigest"], call.args_digest.as_str());
+    grpc.approve_call(req(REVIEWER, approval_of(&call)))
+        .await
+        .expect("approved over gRPC");
+    writeln!(to_client, "approved").expect("tell the client");
+    let approved = next("approved");
+    assert_eq!(approved["isError"], false, "{approved}");
+    assert!(
+        approved["text"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("after a human said yes"),
+        "{approved}"
+    );
+
+    // Bad args: refused by toolgate with the field, as a tool error the client shows.
+    let bad = next("bad");
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(
+        bad["text"][0].as_str().unwrap_or_default().contains("msg"),
+        "{bad}"
+    );
+    let unknown = next("unknown");
+    assert_eq!(unknown["isError"], true, "{unknown}");
+    assert!(
+        unknown["text"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not in your tool view"),
+        "{unknown}"
+    );
+    drop(to_client);
+    let status = client.wait().expect("client");
+    assert!(status.success(), "the MCP client failed: {status}");
+}
