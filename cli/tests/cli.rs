@@ -37,7 +37,7 @@ fn crds_prints_the_committed_crds() {
         assert_eq!(v["spec"]["group"], "toolgate.dev");
         docs += 1;
     }
-    assert_eq!(docs, 7);
+    assert_eq!(docs, 8);
     for f in committed {
         let body = std::fs::read_to_string(&f).expect("read");
         assert!(

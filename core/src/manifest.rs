@@ -80,6 +80,7 @@ pub enum Spec {
     ToolCall(Box<ToolCallSpec>),
     /// A ToolApproval.
     ToolApproval(Box<ToolApprovalSpec>),
+    McpServer(Box<toolgate_crds::McpServerSpec>),
 }
 
 impl Spec {
@@ -93,6 +94,7 @@ impl Spec {
             Spec::CredentialBinding(_) => "CredentialBinding",
             Spec::ToolCall(_) => "ToolCall",
             Spec::ToolApproval(_) => "ToolApproval",
+            Spec::McpServer(_) => "McpServer",
         }
     }
 
@@ -116,6 +118,7 @@ impl Spec {
             "CredentialBinding" => Spec::CredentialBinding(typed(spec)?),
             "ToolCall" => Spec::ToolCall(typed(spec)?),
             "ToolApproval" => Spec::ToolApproval(typed(spec)?),
+            "McpServer" => Spec::McpServer(typed(spec)?),
             other => {
                 return Err(TypingError {
                     path: "kind".into(),

@@ -421,6 +421,77 @@ fn summary_of(description: &str, raw_name: &str) -> String {
     format!("{}…", &text[..end])
 }
 
+/// The manifests an McpServer's discovered tools become: ToolDescriptors `<server>.<tool>` in its
+/// namespace (origin `mcp:<namespace>/<server>`), each annotated as reviewed when the server's
+/// `enabled` list names the tool at its current digest (the registry then enables it; any other
+/// stays `discovered`). Linted with the files, like any manifest. Also the tools as the
+/// server's status shows them, and the tools refused with why.
+pub fn server_manifests(
+    namespace: &str,
+    server: &str,
+    spec: &toolgate_crds::McpServerSpec,
+    tools: &[Value],
+    version: Option<&str>,
+) -> (
+    Vec<crate::manifest::RawManifest>,
+    Vec<toolgate_crds::DiscoveredTool>,
+    Vec<Refused>,
+) {
+    let config = ServerConfig {
+        name: server,
+        trust: spec.trust_level,
+        namespace,
+        command: &spec.command,
+        sandbox_policy: &spec.sandbox_policy_ref.name,
+        version,
+    };
+    let (normalized, refused) = normalize(&config, tools);
+    let mut manifests = Vec::new();
+    let mut status = Vec::new();
+    for (document, t) in normalized.into_iter().enumerate() {
+        let digest = crate::digest::descriptor_digest(&t.spec).unwrap_or_default();
+        let tool = t
+            .spec
+            .execution
+            .mcp
+            .as_ref()
+            .map(|m| m.tool.clone())
+            .unwrap_or_default();
+        let enabled = spec
+            .enabled
+            .iter()
+            .any(|e| e.tool == tool && e.digest == digest);
+        let mut metadata = serde_json::json!({"name": t.name, "namespace": namespace});
+        if enabled {
+            metadata["annotations"] =
+                serde_json::json!({crate::lint::poisoning::REVIEWED_ANNOTATION: digest});
+        }
+        status.push(toolgate_crds::DiscoveredTool {
+            tool,
+            descriptor: t.name.clone(),
+            digest: digest.clone(),
+            lifecycle: if enabled {
+                toolgate_crds::Lifecycle::Enabled
+            } else {
+                toolgate_crds::Lifecycle::Discovered
+            },
+        });
+        manifests.push(crate::manifest::RawManifest {
+            origin: crate::manifest::Origin {
+                source: format!("mcp:{namespace}/{server}"),
+                document,
+            },
+            value: serde_json::json!({
+                "apiVersion": toolgate_crds::API_VERSION,
+                "kind": "ToolDescriptor",
+                "metadata": metadata,
+                "spec": t.spec,
+            }),
+        });
+    }
+    (manifests, status, refused)
+}
+
 /// Multi-document YAML of the normalized tools, as `toolgate mcp normalize` prints them: each
 /// with what a reviewer does to enable it.
 pub fn to_yaml(server: &ServerConfig<'_>, tools: &[Normalized]) -> Result<String, String> {

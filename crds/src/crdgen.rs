@@ -5,14 +5,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::{
-    CredentialBinding, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor, ToolGrant, ToolPolicy,
+    CredentialBinding, McpServer, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor, ToolGrant,
+    ToolPolicy,
 };
 
-/// The seven CRDs, in [`crate::KINDS`] order.
+/// The eight CRDs, in [`crate::KINDS`] order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         SandboxPolicy::crd(),
         CredentialBinding::crd(),
+        McpServer::crd(),
         ToolDescriptor::crd(),
         ToolGrant::crd(),
         ToolPolicy::crd(),

@@ -16,6 +16,7 @@ pub mod conditions;
 pub mod credential;
 pub mod descriptor;
 pub mod grant;
+pub mod mcp;
 pub mod policy;
 pub mod sandbox;
 
@@ -25,6 +26,7 @@ pub use common::*;
 pub use credential::*;
 pub use descriptor::*;
 pub use grant::*;
+pub use mcp::*;
 pub use policy::*;
 pub use sandbox::*;
 
@@ -35,10 +37,11 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every toolgate object.
 pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
 
-/// The seven kinds, in dependency order (what is referenced comes first).
-pub const KINDS: [&str; 7] = [
+/// The eight kinds, in dependency order (what is referenced comes first).
+pub const KINDS: [&str; 8] = [
     "SandboxPolicy",
     "CredentialBinding",
+    "McpServer",
     "ToolDescriptor",
     "ToolGrant",
     "ToolPolicy",

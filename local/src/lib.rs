@@ -9,6 +9,7 @@
 mod approve;
 pub mod backend;
 mod cancel;
+mod discover;
 mod lease;
 pub mod manifests;
 mod place;

@@ -124,17 +124,64 @@ pub struct Loaded {
     pub warnings: Vec<String>,
 }
 
-/// Lint a folder and register what it holds. Every error is returned, one line each; a single
-/// error refuses the whole folder (a half-loaded policy is worse than the previous one).
+/// What the MCP servers of the manifests answered to `tools/list`, by (namespace, server).
+pub type Discovered = std::collections::BTreeMap<(String, String), ServerTools>;
+
+/// One server's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTools {
+    /// The tools, as the server listed them.
+    pub tools: Vec<serde_json::Value>,
+    /// `serverInfo.version`.
+    pub version: Option<String>,
+}
+
+/// Lint a folder and register what it holds, with the descriptors the discovered tools of its
+/// McpServers become (linted with the files). Every error is returned, one line each; a single
+/// error refuses the whole folder (a half-loaded policy is worse than the previous one). A tool
+/// a server lists that cannot be normalized is a warning: the server's other tools still load.
 pub fn load_folder(
     linter: &Linter,
     dir: &Path,
     now: jiff::Timestamp,
+    discovered: &Discovered,
 ) -> Result<Loaded, Vec<String>> {
     let fingerprint = fingerprint(dir);
-    let report = lint_paths(linter, &[dir.to_path_buf()], now);
-    let errors: Vec<String> = report
-        .findings
+    let (mut docs, mut findings) = load(&[dir.to_path_buf()]);
+    let mut refused = Vec::new();
+    let servers: Vec<(String, String, toolgate_crds::McpServerSpec)> = docs
+        .iter()
+        .filter(|d| d.value["kind"] == "McpServer")
+        .filter_map(|d| {
+            let spec = serde_json::from_value(d.value["spec"].clone()).ok()?;
+            let meta = &d.value["metadata"];
+            let name = meta["name"].as_str()?.to_string();
+            let ns = meta["namespace"]
+                .as_str()
+                .unwrap_or(toolgate_core::manifest::DEFAULT_NAMESPACE)
+                .to_string();
+            Some((ns, name, spec))
+        })
+        .collect();
+    for (ns, name, spec) in servers {
+        if let Some(found) = discovered.get(&(ns.clone(), name.clone())) {
+            let (manifests, _, bad) = toolgate_core::mcp::server_manifests(
+                &ns,
+                &name,
+                &spec,
+                &found.tools,
+                found.version.as_deref(),
+            );
+            docs.extend(manifests);
+            refused.extend(
+                bad.into_iter()
+                    .map(|r| format!("McpServer {ns}/{name}: refused {r}")),
+            );
+        }
+    }
+    let mut report = linter.lint(docs, now);
+    findings.append(&mut report.findings);
+    let errors: Vec<String> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .map(ToString::to_string)
@@ -142,12 +189,12 @@ pub fn load_folder(
     if !errors.is_empty() {
         return Err(errors);
     }
-    let warnings = report
-        .findings
+    let mut warnings: Vec<String> = findings
         .iter()
         .filter(|f| f.severity != Severity::Error)
         .map(ToString::to_string)
         .collect();
+    warnings.extend(refused);
     Ok(Loaded {
         policies: toolgate_core::lifecycle::Policies::new(report.objects),
         fingerprint,

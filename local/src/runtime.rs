@@ -75,6 +75,9 @@ pub(crate) struct Inner {
     pub(crate) running: Mutex<HashMap<String, i32>>,
     /// Who cancelled a running call and why, until its sandbox is gone.
     pub(crate) cancelled: Mutex<HashMap<String, String>>,
+    /// What each McpServer last listed, and when it was last asked.
+    pub(crate) discovered: Mutex<crate::manifests::Discovered>,
+    pub(crate) discovered_at: Mutex<HashMap<(String, String), std::time::Instant>>,
     /// The calls' counters (the operator's names) and the registry `/metrics` encodes.
     metrics: toolgate_api::metrics::CallMetrics,
     registry: prometheus_client::registry::Registry,
@@ -107,6 +110,8 @@ impl Runtime {
                 events,
                 running: Mutex::new(HashMap::new()),
                 cancelled: Mutex::new(HashMap::new()),
+                discovered: Mutex::new(Default::default()),
+                discovered_at: Mutex::new(HashMap::new()),
                 metrics,
                 registry,
             }),

@@ -17,18 +17,38 @@ impl Runtime {
     /// previous process left, and watch the manifests folder.
     pub async fn start(config: Config) -> Result<Runtime, StartError> {
         let linter = crate::manifests::linter().map_err(|e| StartError::Linter(e.to_string()))?;
-        let loaded =
-            load_folder(&linter, &config.manifests, Timestamp::now()).map_err(|errors| {
-                StartError::Manifests {
-                    dir: config.manifests.display().to_string(),
-                    errors,
-                }
-            })?;
+        let refused = |errors| StartError::Manifests {
+            dir: config.manifests.display().to_string(),
+            errors,
+        };
+        let loaded = load_folder(
+            &linter,
+            &config.manifests,
+            Timestamp::now(),
+            &Default::default(),
+        )
+        .map_err(refused)?;
         for w in &loaded.warnings {
             tracing::warn!(warning = %w, "manifest warning");
         }
         let store = Store::open(&config.data)?;
         let rt = Runtime::new(config, store, linter, loaded);
+        // The McpServers' tools, listed before any call is taken.
+        if rt.discover(true).await {
+            let dir = rt.inner.config.manifests.clone();
+            let discovered = crate::runtime::lock(&rt.inner.discovered).clone();
+            let loaded = load_folder(&rt.inner.linter, &dir, Timestamp::now(), &discovered)
+                .map_err(|errors| StartError::Manifests {
+                    dir: dir.display().to_string(),
+                    errors,
+                })?;
+            rt.swap_loaded(loaded);
+        }
+        for w in &rt.loaded().warnings {
+            if w.contains("McpServer") || w.contains("mcp:") {
+                tracing::warn!(warning = %w, "manifest warning");
+            }
+        }
         rt.recover().await.map_err(StartError::Recover)?;
         let watcher = rt.clone();
         tokio::spawn(async move { watcher.watch_manifests().await });
@@ -84,11 +104,14 @@ impl Runtime {
             tokio::time::sleep(self.inner.config.reload_interval).await;
             let dir = self.inner.config.manifests.clone();
             let now = crate::manifests::fingerprint(&dir);
-            if now == last {
+            // A server whose tools changed is a change of the manifests too.
+            let rediscovered = self.discover(false).await;
+            if now == last && !rediscovered {
                 continue;
             }
             last = now;
-            match load_folder(&self.inner.linter, &dir, Timestamp::now()) {
+            let discovered = crate::runtime::lock(&self.inner.discovered).clone();
+            match load_folder(&self.inner.linter, &dir, Timestamp::now(), &discovered) {
                 Err(errors) => {
                     tracing::error!(
                         errors = errors.len(),
@@ -98,17 +121,23 @@ impl Runtime {
                 }
                 Ok(loaded) => {
                     tracing::info!(dir = %dir.display(), "manifests reloaded");
-                    let loaded = Arc::new(loaded);
-                    match self.inner.loaded.write() {
-                        Ok(mut g) => *g = loaded.clone(),
-                        Err(p) => *p.into_inner() = loaded.clone(),
-                    }
+                    let loaded = self.swap_loaded(loaded);
                     if let Err(e) = self.review_waiting(&loaded).await {
                         tracing::error!(error = %e, "re-checking pending calls after a reload");
                     }
                 }
             }
         }
+    }
+
+    /// Put newly loaded manifests in force.
+    fn swap_loaded(&self, loaded: crate::manifests::Loaded) -> Arc<crate::manifests::Loaded> {
+        let loaded = Arc::new(loaded);
+        match self.inner.loaded.write() {
+            Ok(mut g) => *g = loaded.clone(),
+            Err(p) => *p.into_inner() = loaded.clone(),
+        }
+        loaded
     }
 
     /// Calls waiting for approval, looked at again (the manifests changed, a dry run succeeded):

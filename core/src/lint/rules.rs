@@ -140,6 +140,27 @@ pub(super) fn check_objects(
             }
             Spec::SandboxPolicy(s) => sandbox(s, &mut local),
             Spec::CredentialBinding(_) | Spec::ToolPolicy(_) => {}
+            Spec::McpServer(m) => {
+                reference(
+                    obj,
+                    "SandboxPolicy",
+                    &m.sandbox_policy_ref.name,
+                    "spec.sandboxPolicyRef.name",
+                    declared,
+                    &mut local,
+                );
+                if !crate::names::is_dns_label(&obj.meta.name) {
+                    local.push((
+                        Severity::Error,
+                        "metadata.name".into(),
+                        "schema-format",
+                        format!(
+                            "expected a name without dots (its tools are named <server>.<tool>), found {:?}",
+                            obj.meta.name
+                        ),
+                    ));
+                }
+            }
             Spec::ToolCall(c) => {
                 if reference(
                     obj,
@@ -306,6 +327,17 @@ fn reference(
 ) -> bool {
     let ns = obj.meta.namespace();
     let found = declared.contains(kind, ns, name);
+    // A tool of an McpServer exists once the server has been asked (it may be down): naming
+    // one before that is not an error, and the reference holds nothing until it is discovered.
+    let server = name.split_once('.').map(|(s, _)| s);
+    if !found
+        && kind == "ToolDescriptor"
+        && server.is_some_and(|s| declared.contains("McpServer", ns, s))
+    {
+        out.push((Severity::Warning, path.into(), "mcp-tool-not-discovered", format!(
+            "{name:?} is not among the tools McpServer {} listed so far; the reference holds nothing until it is", server.unwrap_or_default())));
+        return false;
+    }
     if !found {
         out.push((Severity::Error, path.into(), "dangling-reference", format!(
             "expected the name of a {kind} in namespace {ns}, found {name:?}, which is not defined in the manifests")));
@@ -467,9 +499,10 @@ fn descriptor(
                 "metadata.annotations".into(),
                 MCP_NOT_REVIEWED,
                 format!(
-                    "discovered on MCP server {}: the tool stays out of every view until a reviewer who read this version sets metadata.annotations[\"{}\"] to {digest:?}",
-                    d.source.server_id.as_deref().unwrap_or("(unnamed)"),
+                    "discovered on MCP server {server}: the tool stays out of every view until a reviewer who read this version enables it: metadata.annotations[\"{}\"] set to {digest:?} (a tool of McpServer {server}: {{tool: {}, digest: {digest:?}}} in its spec.enabled)",
                     super::poisoning::REVIEWED_ANNOTATION,
+                    d.execution.mcp.as_ref().map_or("?", |m| m.tool.as_str()),
+                    server = d.source.server_id.as_deref().unwrap_or("(unnamed)"),
                 ),
             ));
         }
@@ -537,7 +570,13 @@ fn descriptor(
                 ),
             ));
         }
-        if (writes || e.mutates_state) && s.filesystem.write_roots.is_empty() && !e.external_calls {
+        // An MCP tool's state is its server's (its own store, or a service behind it), not
+        // necessarily the workspace.
+        if (writes || e.mutates_state)
+            && s.filesystem.write_roots.is_empty()
+            && !e.external_calls
+            && d.execution.adapter != ExecutionAdapter::Mcp
+        {
             out.push((Severity::Error, "spec.sandboxPolicyRef".into(), "sandbox-too-closed", format!(
                 "the tool writes the workspace but SandboxPolicy/{} has no filesystem.writeRoots", d.sandbox_policy_ref.as_ref().map_or("", |r| r.name.as_str()))));
         }

@@ -1,0 +1,187 @@
+//! Discovery of the manifests' McpServers: each server started on stdio inside the sandbox of
+//! its SandboxPolicy (bubblewrap, as a call's executor), `initialize` and `tools/list` (every
+//! page, rmcp), then stopped. At start and every `rediscoverSeconds`: when a server's tools
+//! changed, the manifests are loaded again with the new descriptors, a changed tool is
+//! `discovered` again until its new digest is enabled, and calls waiting for approval are looked
+//! at again (a tool changed under them ends them, `ToolChanged`).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::transport::TokioChildProcess;
+use toolgate_core::manifest::Spec;
+use toolgate_crds::{McpServerSpec, SandboxPolicySpec};
+use toolgate_sandbox::plan::Context;
+
+use crate::manifests::{Loaded, ServerTools};
+use crate::runtime::{Config, Runtime};
+
+/// The longest a discovery may take (start, initialize, every page of tools/list).
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The servers of the loaded manifests: (namespace, name, spec, its sandbox policy).
+fn servers(loaded: &Loaded) -> Vec<(String, String, McpServerSpec, Option<SandboxPolicySpec>)> {
+    let objects = &loaded.policies.objects;
+    objects
+        .iter()
+        .filter_map(|o| match &o.spec {
+            Spec::McpServer(s) => {
+                let ns = o.meta.namespace().to_string();
+                let policy = match objects
+                    .find("SandboxPolicy", &ns, &s.sandbox_policy_ref.name)
+                    .map(|p| &p.spec)
+                {
+                    Some(Spec::SandboxPolicy(p)) => Some((**p).clone()),
+                    _ => None,
+                };
+                Some((ns, o.meta.name.clone(), (**s).clone(), policy))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// List a server's tools, the server sandboxed by `policy`.
+pub(crate) async fn list_tools(
+    config: &Config,
+    label: &str,
+    spec: &McpServerSpec,
+    policy: &SandboxPolicySpec,
+) -> Result<ServerTools, String> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let plan = toolgate_sandbox::resolve(
+        policy,
+        &Context {
+            workspace: &config.workspace,
+            env: &env,
+            private: std::slice::from_ref(&config.data),
+            timeout_ms: Some(u64::try_from(DISCOVERY_TIMEOUT.as_millis()).unwrap_or(u64::MAX)),
+            executor_is_the_only_client: false,
+        },
+    )
+    .map_err(|e| format!("its SandboxPolicy cannot be honoured here: {e}"))?;
+    let Some((program, rest)) = spec.command.split_first() else {
+        return Err("spec.command is empty".into());
+    };
+    let args: Vec<OsString> = rest.iter().map(OsString::from).collect();
+    let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
+        .map_err(|e| format!("preparing its sandbox: {e}"))?;
+    let command = tokio::process::Command::from(std::mem::replace(
+        &mut sandboxed.command,
+        std::process::Command::new("true"),
+    ));
+    let listed = async {
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting {program:?}: {e}"))?;
+        let client = ().serve(transport).await.map_err(|e| format!("it did not initialize: {e}"))?;
+        let version = client
+            .peer_info()
+            .and_then(|i| i.server_info.as_ref().map(|s| s.version.clone()));
+        let tools = client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list: {e}"));
+        let _ = client.cancel().await;
+        let tools = tools?
+            .into_iter()
+            .map(|t| serde_json::to_value(t).map_err(|e| format!("a tool: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ServerTools { tools, version })
+    };
+    let result = match tokio::time::timeout(DISCOVERY_TIMEOUT, listed).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "no answer to initialize and tools/list within {} s",
+            DISCOVERY_TIMEOUT.as_secs()
+        )),
+    };
+    sandboxed.cleanup();
+    result
+}
+
+impl Runtime {
+    /// Discover the servers that are due (all of them when `all`); true when any server's tools
+    /// changed since it was last listed.
+    pub(crate) async fn discover(&self, all: bool) -> bool {
+        let loaded = self.loaded();
+        let mut changed = false;
+        for (ns, name, spec, policy) in servers(&loaded) {
+            let key = (ns.clone(), name.clone());
+            let due = {
+                let last = crate::runtime::lock(&self.inner.discovered_at);
+                all || last.get(&key).is_none_or(|t: &Instant| {
+                    t.elapsed() >= Duration::from_secs(u64::from(spec.rediscover_seconds))
+                })
+            };
+            if !due {
+                continue;
+            }
+            crate::runtime::lock(&self.inner.discovered_at).insert(key.clone(), Instant::now());
+            let Some(policy) = policy else {
+                tracing::error!(server = %format!("{ns}/{name}"), "McpServer: its SandboxPolicy {} does not exist", spec.sandbox_policy_ref.name);
+                continue;
+            };
+            match list_tools(
+                &self.inner.config,
+                &format!("mcp-{ns}-{name}"),
+                &spec,
+                &policy,
+            )
+            .await
+            {
+                Err(e) => {
+                    // The tools it had stay as they were: a server that is down hides nothing
+                    // new and enables nothing new.
+                    tracing::error!(server = %format!("{ns}/{name}"), error = %e, "McpServer discovery failed");
+                }
+                Ok(found) => {
+                    let mut known = crate::runtime::lock(&self.inner.discovered);
+                    let before = known.get(&key).cloned();
+                    if before.as_ref() != Some(&found) {
+                        if let Some(before) = &before {
+                            tracing::warn!(
+                                server = %format!("{ns}/{name}"),
+                                changed = %what_changed(&before.tools, &found.tools),
+                                "McpServer: its tools changed; a changed tool is discovered again until its new digest is enabled"
+                            );
+                        } else {
+                            tracing::info!(server = %format!("{ns}/{name}"), tools = found.tools.len(), "McpServer discovered");
+                        }
+                        known.insert(key, found);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// The tools added, removed and changed between two lists, by name.
+fn what_changed(before: &[serde_json::Value], after: &[serde_json::Value]) -> String {
+    let index = |l: &[serde_json::Value]| -> HashMap<String, String> {
+        l.iter()
+            .map(|t| (t["name"].as_str().unwrap_or("?").to_string(), t.to_string()))
+            .collect()
+    };
+    let (b, a) = (index(before), index(after));
+    let mut words = Vec::new();
+    for (n, t) in &a {
+        match b.get(n) {
+            None => words.push(format!("{n} added")),
+            Some(old) if old != t => words.push(format!("{n} changed")),
+            Some(_) => {}
+        }
+    }
+    for n in b.keys().filter(|n| !a.contains_key(*n)) {
+        words.push(format!("{n} removed"));
+    }
+    words.sort();
+    words.join(", ")
+}
