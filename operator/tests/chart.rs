@@ -68,7 +68,7 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
                 .iter()
                 .filter(|k| **k == "CustomResourceDefinition")
                 .count(),
-            7
+            8
         );
         let (applied, out, err) = kubectl(
             &[

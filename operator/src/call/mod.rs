@@ -105,6 +105,9 @@ pub enum Error {
     /// A ToolCall without a namespace (the CRD is namespaced: a bug if seen).
     #[error("ToolCall {0} has no namespace")]
     NoNamespace(String),
+    /// The call changed since this reconcile read it; it is reconciled again at once.
+    #[error("ToolCall {0} changed since it was read; deciding again from what is there")]
+    Stale(String),
     /// The call's lease could not be revoked yet (its condition says why); retried.
     #[error("ToolCall {0}: its credential's lease is not revoked yet; retrying")]
     LeaseHeld(String),
@@ -126,6 +129,7 @@ impl Error {
             Error::Json { .. } => "SerializationFailed",
             Error::NoNamespace(_) => "NoNamespace",
             Error::LeaseHeld(_) => "LeaseHeld",
+            Error::Stale(_) => "Stale",
             Error::BudgetContended(_) => "BudgetContended",
             Error::Finalizer(inner) => match &**inner {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.category(),
@@ -311,6 +315,11 @@ fn error_policy(
         .as_ref()
         .map(|c| c.name_any())
         .unwrap_or_else(|i| i.metadata.name.clone().unwrap_or_default());
+    // Another writer was first: not a failure, read it again soon.
+    if error.category() == "Stale" {
+        tracing::debug!(call = %name, "the call changed under the reconcile; again");
+        return Action::requeue(std::time::Duration::from_millis(100));
+    }
     let key = match &guard.0 {
         Ok(call) => ObjectRef::from_obj(call),
         Err(i) => ObjectRef::new(&name).within(i.metadata.namespace.as_deref().unwrap_or_default()),

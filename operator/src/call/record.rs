@@ -43,19 +43,29 @@ impl Context {
         let ns = call
             .namespace()
             .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
+        // Written against the version the steps were decided from: a replica or a reconcile
+        // that read the call before another wrote it is refused (409) and decides again from
+        // what is there, instead of overwriting a newer state with an older one.
         let patch = serde_json::json!({
             "apiVersion": toolgate_crds::API_VERSION,
             "kind": "ToolCall",
+            "metadata": {"resourceVersion": call.metadata.resource_version},
             "status": status,
         });
-        Api::<ToolCall>::namespaced(self.client.clone(), &ns)
+        match Api::<ToolCall>::namespaced(self.client.clone(), &ns)
             .patch_status(
                 &call.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await
-            .map_err(kube_error("patching the call's status"))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Err(Error::Stale(call.name_any()));
+            }
+            Err(e) => return Err(kube_error("patching the call's status")(e)),
+        }
         self.count(&ns, status, steps);
         let reference = call.object_ref(&());
         self.shadowed(call, status, steps, &reference).await;
