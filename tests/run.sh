@@ -9,7 +9,7 @@
 #   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
 #     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
 #   - the MCP servers the MCP suites govern (PyPI mcp-server-time, in a virtualenv cached under
-#     ~/.cache/toolgate/mcp-servers);
+#     ~/.cache/toolgate/mcp-servers) and the TypeScript MCP SDK (npm, ~/.cache/toolgate/mcp-node);
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
 #     after the cargo tests on a full run.
 # Arguments are passed to `cargo test`.
@@ -65,6 +65,24 @@ if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ]; then
   "$MCP_SERVERS/bin/python" -m pip install --quiet --disable-pip-version-check 'mcp-server-time==2026.10.*'
 fi
 export TOOLGATE_MCP_SERVERS="$MCP_SERVERS"
+
+# The official TypeScript MCP SDK, a client of `toolgate mcp serve` in its suite (npm, cached).
+MCP_NODE="$CACHE/mcp-node"
+if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+  if ! command -v npm >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing nodejs and npm (apt)"
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+    else
+      log "npm is missing: install Node.js and npm"; exit 1
+    fi
+  fi
+  log "installing @modelcontextprotocol/sdk into $MCP_NODE (once)"
+  mkdir -p "$MCP_NODE"
+  (cd "$MCP_NODE" && { [ -f package.json ] || npm init -y >/dev/null; } \
+     && npm install --silent --no-audit --no-fund @modelcontextprotocol/sdk@1.32.2 >/dev/null)
+fi
+export TOOLGATE_MCP_NODE="$MCP_NODE"
 
 # A real Vault for the credential-broker suites (built once from its Go module, cached; each
 # suite starts its own dev server on a free loopback port).

@@ -1,5 +1,6 @@
-//! `toolgate mcp serve` with a real MCP client — the official Python SDK (`mcp`, installed with
-//! the MCP test servers by tests/run.sh) — in front of a real `toolgate local`: the client lists
+//! `toolgate mcp serve` with real MCP clients — the official Python SDK (`mcp`) and TypeScript
+//! SDK (`@modelcontextprotocol/sdk`), installed by tests/run.sh — in front of a real
+//! `toolgate local`: each client lists
 //! the caller's governed tools, calls one through the chain, sees a call that needs a human
 //! answer at once with what it waits for, and gets its result after a reviewer approves over
 //! gRPC; bad args and a tool outside the view come back as errors it can show.
@@ -24,16 +25,48 @@ fn python() -> Option<PathBuf> {
     None
 }
 
+fn node_sdk() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MCP_NODE") {
+        return Some(PathBuf::from(dir));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no TypeScript MCP SDK: CI runs this suite through tests/run.sh, which installs it"
+    );
+    eprintln!("skipping: run tests/run.sh to install the TypeScript MCP SDK");
+    None
+}
+
+fn script(name: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_real_mcp_client_lists_calls_and_waits_for_an_approval_through_toolgate() {
+async fn the_python_sdk_lists_calls_and_waits_for_an_approval_through_toolgate() {
     let Some(python) = python() else { return };
+    let mut client = Command::new(python);
+    client.arg(script("mcp_client.py"));
+    drive(client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_lists_calls_and_waits_for_an_approval_through_toolgate() {
+    let Some(sdk) = node_sdk() else { return };
+    let mut client = Command::new("node");
+    client
+        .arg(script("mcp_client.cjs"))
+        .env("TOOLGATE_MCP_NODE", sdk);
+    drive(client).await;
+}
+
+/// One client's session: the steps of both scripts, checked the same way.
+async fn drive(mut client: Command) {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut grpc = server.client().await;
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_client.py");
-    let mut client = Command::new(python)
-        .arg(script)
+    let mut client = client
         .arg(toolgate_binary())
         .arg(format!("http://{}", server.addr))
         .env("TOOLGATE_TOKEN", AGENT)
