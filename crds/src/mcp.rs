@@ -71,10 +71,19 @@ pub struct McpServerSpec {
     #[serde(default = "default_rediscover")]
     #[schemars(range(min = 1, max = 86400))]
     pub rediscover_seconds: u32,
+    /// The longest one discovery may take (start, `initialize`, every page of `tools/list`);
+    /// a server that does not answer in time keeps the tools it had.
+    #[serde(default = "default_discovery_timeout")]
+    #[schemars(range(min = 1, max = 600))]
+    pub discovery_timeout_seconds: u32,
 }
 
 fn default_rediscover() -> u32 {
     300
+}
+
+fn default_discovery_timeout() -> u32 {
+    30
 }
 
 /// A tool enabled after review.

@@ -20,9 +20,6 @@ use toolgate_sandbox::plan::Context;
 use crate::manifests::{Loaded, ServerTools};
 use crate::runtime::{Config, Runtime};
 
-/// The longest a discovery may take (start, initialize, every page of tools/list).
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The servers of the loaded manifests: (namespace, name, spec, its sandbox policy).
 fn servers(loaded: &Loaded) -> Vec<(String, String, McpServerSpec, Option<SandboxPolicySpec>)> {
     let objects = &loaded.policies.objects;
@@ -52,6 +49,7 @@ pub(crate) async fn list_tools(
     spec: &McpServerSpec,
     policy: &SandboxPolicySpec,
 ) -> Result<ServerTools, String> {
+    let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
     let env: Vec<(String, String)> = std::env::vars().collect();
     let plan = toolgate_sandbox::resolve(
         policy,
@@ -59,7 +57,7 @@ pub(crate) async fn list_tools(
             workspace: &config.workspace,
             env: &env,
             private: std::slice::from_ref(&config.data),
-            timeout_ms: Some(u64::try_from(DISCOVERY_TIMEOUT.as_millis()).unwrap_or(u64::MAX)),
+            timeout_ms: Some(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX)),
             executor_is_the_only_client: false,
         },
     )
@@ -94,11 +92,11 @@ pub(crate) async fn list_tools(
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ServerTools { tools, version })
     };
-    let result = match tokio::time::timeout(DISCOVERY_TIMEOUT, listed).await {
+    let result = match tokio::time::timeout(deadline, listed).await {
         Ok(r) => r,
         Err(_) => Err(format!(
             "no answer to initialize and tools/list within {} s",
-            DISCOVERY_TIMEOUT.as_secs()
+            deadline.as_secs()
         )),
     };
     sandboxed.cleanup();

@@ -181,9 +181,13 @@ pub fn load_folder(
     }
     let mut report = linter.lint(docs, now);
     findings.append(&mut report.findings);
+    // What a server says is not the platform team's manifest: a discovered tool that does not
+    // lint (a schema that does not compile, a bad name) stays out of the view with its
+    // lifecycle saying why, and refuses nothing else.
+    let discovered = |f: &Finding| f.origin.source.starts_with("mcp:");
     let errors: Vec<String> = findings
         .iter()
-        .filter(|f| f.severity == Severity::Error)
+        .filter(|f| f.severity == Severity::Error && !discovered(f))
         .map(ToString::to_string)
         .collect();
     if !errors.is_empty() {
@@ -191,7 +195,7 @@ pub fn load_folder(
     }
     let mut warnings: Vec<String> = findings
         .iter()
-        .filter(|f| f.severity != Severity::Error)
+        .filter(|f| f.severity != Severity::Error || discovered(f))
         .map(ToString::to_string)
         .collect();
     warnings.extend(refused);

@@ -560,3 +560,111 @@ async fn an_mcp_server_object_is_discovered_in_its_sandbox_and_a_rug_pull_ends_w
         "a changed tool is out of the view until its new digest is enabled"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_mcp_servers_get_a_clear_error_and_break_nothing_else() {
+    let Some(venv) = servers() else { return };
+    let dir = setup();
+    let root = dir.path();
+    let server_dir = root.join("raw-server");
+    std::fs::create_dir_all(&server_dir).expect("dir");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/raw_server.py"),
+        server_dir.join("raw_server.py"),
+    )
+    .expect("server");
+    let python = venv.join("bin/python").display().to_string();
+    let raw = server_dir.join("raw_server.py").display().to_string();
+    let server = |name: &str, command: &str, extra: &str| {
+        format!(
+            "---\napiVersion: toolgate.dev/v1alpha1\nkind: McpServer\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  command: {command}\n  trustLevel: third_party\n  sandboxPolicyRef: {{name: mcp-raw}}\n{extra}"
+        )
+    };
+    let manifests = [
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: mcp-raw, namespace: team-a}}\nspec:\n  mode: read_only\n  filesystem: {{readRoots: [\"{}\", \"{}\"], writeRoots: []}}\n  network: {{egress: none}}\n  process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 16, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}\n",
+            venv.display(),
+            server_dir.display()
+        ),
+        server("garbage", "[/bin/echo, \"this is not JSON-RPC\"]", ""),
+        server("silent", "[/bin/sleep, \"600\"]", "  discoveryTimeoutSeconds: 2\n"),
+        server("odd", &format!("[\"{python}\", \"{raw}\", odd]"), ""),
+        server("huge", &format!("[\"{python}\", \"{raw}\", huge]"), ""),
+    ]
+    .concat();
+    std::fs::write(root.join("manifests/raw.yaml"), manifests).expect("manifests");
+    let log = root.join("server.log");
+    let server = Server::start_logged(
+        root,
+        &root.join("data"),
+        &root.join("workspace"),
+        &["--listen", "127.0.0.1:0"],
+        Some(&log),
+    );
+    let mut c = server.client().await;
+    // Nothing else broke: the runtime started and the other tools run.
+    let call = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "still here"}),
+        "execute",
+    )
+    .await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    let view = c
+        .get_tool_view(req(
+            AGENT,
+            pb::GetToolViewRequest {
+                intent: "anything".into(),
+                max_tools: 256,
+                explain: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("view")
+        .into_inner();
+    let hidden = |name: &str| {
+        view.hidden
+            .iter()
+            .find(|h| h.name == name)
+            .map(|h| h.reason.clone())
+    };
+    assert!(
+        hidden("odd.bad-schema").is_some_and(|r| r.contains("InvalidSchema")),
+        "{:?}",
+        view.hidden
+    );
+    assert!(
+        hidden("odd.good").is_some_and(|r| r.contains("Discovered")),
+        "{:?}",
+        view.hidden
+    );
+    assert!(
+        hidden("odd.get-time").is_some(),
+        "the first of the colliding names is kept"
+    );
+    assert!(
+        !view
+            .exposed
+            .iter()
+            .any(|t| t.name.starts_with("odd.") || t.name.starts_with("huge."))
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    for (what, want) in [
+        ("garbage", "team-a/garbage"),
+        ("malformed", "did not initialize"),
+        (
+            "silent",
+            "no answer to initialize and tools/list within 2 s",
+        ),
+        ("collision", "collides with an earlier tool"),
+        ("huge", "tools[0] (huge): description: 10485760 bytes"),
+    ] {
+        assert!(
+            text.contains(want),
+            "{what}: {want:?} not in the log:\n{text}"
+        );
+    }
+}
