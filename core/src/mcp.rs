@@ -383,7 +383,6 @@ fn normalize_one(
         deprecation: None,
         disabled: false,
     };
-    let _ = server.namespace;
     Ok(Normalized { name, spec })
 }
 

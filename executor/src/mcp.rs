@@ -15,11 +15,10 @@ use rmcp::transport::TokioChildProcess;
 use toolgate_artifacts::ArtifactStore;
 use toolgate_core::exec::ExecSpec;
 use toolgate_core::redact::Redactor;
-use toolgate_crds::{ArtifactKind, CallResult, ResultStatus};
+use toolgate_crds::{CallResult, ResultStatus};
 
-use crate::outcome::{Ended, assemble, failure, open_output, target};
+use crate::outcome::{Ended, assemble, failure, open_output, open_stderr};
 use crate::run::{Credential, ExecError, tool_process};
-use crate::sink::Sink;
 
 /// How long the server's stderr may stay open after its process group was killed.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
@@ -52,19 +51,7 @@ pub(crate) async fn run_mcp(
     };
     let cmd = tool_process(spec, credentials, credentials_dir, program, rest)?;
     let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
-    let mut err = Sink::open(
-        store,
-        target(
-            spec,
-            "stderr",
-            ArtifactKind::Log,
-            "text/plain; charset=utf-8",
-            spec.limits.max_stderr_bytes,
-            1024,
-        ),
-        redactor,
-    )
-    .await?;
+    let mut err = open_stderr(spec, store, redactor).await?;
     let started = Instant::now();
     let (transport, stderr) = match TokioChildProcess::builder(cmd)
         .stderr(Stdio::piped())

@@ -36,6 +36,23 @@ pub(crate) async fn open_output<'r>(
     Sink::open(store, t, redactor).await
 }
 
+/// The `stderr` log artifact of a process the executor starts (a CLI tool, an MCP server).
+pub(crate) async fn open_stderr<'r>(
+    spec: &ExecSpec,
+    store: &ArtifactStore,
+    redactor: &'r Redactor,
+) -> Result<Sink<'r>, SinkError> {
+    let t = target(
+        spec,
+        "stderr",
+        ArtifactKind::Log,
+        "text/plain; charset=utf-8",
+        spec.limits.max_stderr_bytes,
+        1024,
+    );
+    Sink::open(store, t, redactor).await
+}
+
 pub(crate) fn target<'a>(
     spec: &'a ExecSpec,
     id: &'a str,

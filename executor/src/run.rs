@@ -12,7 +12,7 @@ use toolgate_core::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, ExecutionAdapter, ObservedEffects, ResultStatus};
 
 use crate::effects;
-use crate::outcome::{Ended, assemble, failure, open_output, target};
+use crate::outcome::{Ended, assemble, failure, open_output, open_stderr, target};
 use crate::render::{render_argv, render_text};
 use crate::result::bound;
 use crate::sink::{Sink, SinkError};
@@ -210,19 +210,7 @@ async fn run_cli(
     .stderr(Stdio::piped());
 
     let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
-    let mut err = Sink::open(
-        store,
-        target(
-            spec,
-            "stderr",
-            ArtifactKind::Log,
-            "text/plain; charset=utf-8",
-            spec.limits.max_stderr_bytes,
-            1024,
-        ),
-        redactor,
-    )
-    .await?;
+    let mut err = open_stderr(spec, store, redactor).await?;
     let started = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(c) => c,

@@ -165,9 +165,9 @@ pub(crate) type Issue = (
     Result<crate::broker::Issued, crate::broker::BrokerError>,
 );
 
-/// The binding a call's run will use and its tool's timeout (ms), owned: the broker is asked
-/// for it before the transaction that places the call.
-pub(crate) type Wanted = (String, toolgate_crds::CredentialBindingSpec, u32);
+/// The binding a call's run will use and its credential's deadline (s), owned: the broker is
+/// asked for it before the transaction that places the call.
+pub(crate) type Wanted = (String, toolgate_crds::CredentialBindingSpec, u64);
 
 /// What the run of `target` will ask the broker for.
 pub(crate) fn wanted(target: &RunTarget<'_>) -> Option<Wanted> {
@@ -175,18 +175,18 @@ pub(crate) fn wanted(target: &RunTarget<'_>) -> Option<Wanted> {
     Some((
         name.to_string(),
         binding.clone(),
-        target.tool.spec.execution.timeout_ms,
+        target.credential_deadline_seconds(),
     ))
 }
 
 /// Ask the broker for a call's credential; it lives no longer than the tool's timeout.
 pub(crate) async fn issue(config: &Config, namespace: &str, wanted: Wanted) -> Issue {
-    let (name, binding, timeout_ms) = wanted;
+    let (name, binding, deadline) = wanted;
     let request = crate::broker::Request {
         namespace,
         name: &name,
         binding: &binding,
-        deadline_seconds: Some(u64::from(timeout_ms).div_ceil(1000)),
+        deadline_seconds: Some(deadline),
     };
     let answer = config.broker.issue(request).await;
     (name, answer)

@@ -29,6 +29,14 @@ pub struct RunTarget<'a> {
     pub binding: Option<(&'a str, &'a CredentialBindingSpec)>,
 }
 
+impl RunTarget<'_> {
+    /// How long a credential brokered for this run may live, in seconds: no longer than one
+    /// attempt of the tool (the broker takes the smaller of this and the binding's TTL).
+    pub fn credential_deadline_seconds(&self) -> u64 {
+        u64::from(self.tool.spec.execution.timeout_ms).div_ceil(1000)
+    }
+}
+
 /// Look up the tool, its sandbox policy and its credential binding of a call.
 pub(crate) fn run_target_of<'a>(
     snapshot: &Snapshot<'a>,

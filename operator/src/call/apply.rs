@@ -151,7 +151,7 @@ async fn broker(
         namespace: ns,
         name: binding,
         binding: b,
-        deadline_seconds: Some(u64::from(target.tool.spec.execution.timeout_ms).div_ceil(1000)),
+        deadline_seconds: Some(target.credential_deadline_seconds()),
     };
     match ctx.config.broker.issue(request).await {
         Err(e) => (
