@@ -8,6 +8,9 @@
 #     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
 #   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
 #     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
+#   - Jaeger v1.76.0 (an OpenTelemetry Collector distribution) built from its Go module
+#     (tests/jaeger/build.sh; cached under ~/.cache/toolgate/jaeger/<version>), the collector the
+#     tracing suites send spans to;
 #   - the MCP servers the MCP suites govern (PyPI mcp-server-time, in a virtualenv cached under
 #     ~/.cache/toolgate/mcp-servers) and the TypeScript MCP SDK (npm, ~/.cache/toolgate/mcp-node);
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
@@ -87,6 +90,8 @@ export TOOLGATE_MCP_NODE="$MCP_NODE"
 # A real Vault for the credential-broker suites (built once from its Go module, cached; each
 # suite starts its own dev server on a free loopback port).
 eval "$(tests/vault/build.sh)"
+# A real trace collector for the OpenTelemetry suites (each starts its own on free ports).
+eval "$(tests/jaeger/build.sh)"
 
 CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod request;
 pub mod service;
 mod tls;
+pub mod trace;
 pub mod validate;
 
 pub use auth::{Authenticator, Caller, TokenFile};

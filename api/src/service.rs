@@ -119,9 +119,13 @@ impl<B: Backend> Toolgate for Service<B> {
         req: Request<ProposeCallRequest>,
     ) -> Result<Response<Call>, Status> {
         let caller = self.caller(&req).await?;
-        Ok(Response::new(
-            self.backend.propose(&caller, req.into_inner()).await?,
-        ))
+        let traceparent = crate::trace::from_metadata(req.metadata());
+        let call = crate::trace::with_traceparent(
+            traceparent,
+            self.backend.propose(&caller, req.into_inner()),
+        )
+        .await?;
+        Ok(Response::new(call))
     }
 
     async fn get_call(&self, req: Request<GetCallRequest>) -> Result<Response<Call>, Status> {

@@ -142,7 +142,15 @@ impl Client {
         &mut self,
         req: pb::ProposeCallRequest,
     ) -> Result<pb::Call, tonic::Status> {
-        let r = self.req(req);
+        let mut r = self.req(req);
+        // The caller's trace context, by the OTel convention for processes: a call proposed
+        // from inside a traced agent (or script) joins its trace.
+        if let Some(v) = std::env::var(toolgate_core::exec::TRACEPARENT_ENV)
+            .ok()
+            .and_then(|tp| tp.parse().ok())
+        {
+            r.metadata_mut().insert("traceparent", v);
+        }
         Ok(self.inner.propose_call(r).await?.into_inner())
     }
 

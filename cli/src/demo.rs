@@ -282,9 +282,16 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     );
     let auth: Arc<dyn Authenticator> = Arc::new(tokens);
 
-    let started =
-        crate::local_cmd::start(&manifests, &data, &workspace, "127.0.0.1:0", false, broker)
-            .await?;
+    let started = crate::local_cmd::start(
+        &manifests,
+        &data,
+        &workspace,
+        "127.0.0.1:0",
+        false,
+        broker,
+        Default::default(),
+    )
+    .await?;
     let addr = started.addr;
     let runtime = Arc::new(started.runtime);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

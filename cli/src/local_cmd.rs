@@ -49,6 +49,10 @@ pub struct LocalArgs {
     /// Local secrets for CredentialBindings: `mount/path: {field: value}`, mode 600.
     #[arg(long, conflicts_with = "vault_addr")]
     pub secrets: Option<PathBuf>,
+    /// Export a span per call (and per step of its chain) to this OTLP/gRPC collector
+    /// (`http://127.0.0.1:4317`); a call proposed with a `traceparent` joins the agent's trace.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub vault: VaultArgs,
 }
@@ -163,6 +167,7 @@ pub async fn start(
     listen: &str,
     tls: bool,
     broker: Arc<dyn CredentialBroker>,
+    tracer: toolgate_api::trace::CallTracer,
 ) -> anyhow::Result<Started> {
     let workspace = std::fs::canonicalize(workspace)
         .with_context(|| format!("--workspace {}", workspace.display()))?;
@@ -205,6 +210,7 @@ pub async fn start(
         executor: executor_command()?,
         broker,
         reload_interval: Duration::from_secs(1),
+        tracer,
     })
     .await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -261,6 +267,10 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             // Refused here, before anything starts, rather than by the server once bound.
             t.server_config()?;
         }
+        let tracer = match &args.otlp_endpoint {
+            Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-local")?,
+            None => Default::default(),
+        };
         let started = start(
             &args.manifests,
             &data,
@@ -268,6 +278,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             &args.listen,
             tls.is_some(),
             broker,
+            tracer.clone(),
         )
         .await?;
         let metrics = match args.metrics_addr {
@@ -327,6 +338,8 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             shutdown_signal(),
         )
         .await?;
+        // Off the runtime's threads: the exporter's last batch needs them to be sent.
+        let _ = tokio::task::spawn_blocking(move || tracer.shutdown()).await;
         outln!("toolgate local: stopped");
         Ok(ExitCode::SUCCESS)
     })

@@ -275,18 +275,27 @@ pub struct ExecInput<'a> {
     pub write_roots: Vec<String>,
     /// Filesystem rules the executor enforces itself (Landlock), when the runtime wants it to.
     pub confinement: Option<FsRules>,
+    /// The call's W3C trace context, handed to the tool's process as `TRACEPARENT` (the OTel
+    /// convention for processes) and to an MCP server in `_meta`.
+    pub traceparent: Option<String>,
 }
+
+/// The variable a tool's process finds its call's trace context in.
+pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
 
 /// Build the executor's input. Limits take the stricter of the descriptor and the policy.
 pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
     let process = &input.policy.process;
     let env = &input.policy.environment;
-    let set = env
+    let mut set: BTreeMap<String, String> = env
         .injected_env
         .iter()
         .filter_map(|e| e.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    if let Some(tp) = input.traceparent {
+        set.insert(TRACEPARENT_ENV.into(), tp);
+    }
     let credentials = input
         .credential
         .map(|(name, binding)| CredentialFile {

@@ -74,6 +74,12 @@ pub(crate) async fn run_mcp(
     let pid = transport.id();
     let timeout = Duration::from_millis(spec.limits.timeout_ms);
     let arguments = spec.args.as_object().cloned();
+    // The call's trace context, where MCP carries it (`_meta.traceparent`).
+    let traceparent = spec
+        .env
+        .set
+        .get(toolgate_core::exec::TRACEPARENT_ENV)
+        .cloned();
     let exchange = async {
         let client = ()
             .serve(transport)
@@ -82,6 +88,11 @@ pub(crate) async fn run_mcp(
         let mut params = CallToolRequestParams::new(tool.clone());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
+        }
+        if let Some(tp) = traceparent {
+            let mut meta = rmcp::model::MetaObject::default();
+            meta.0.insert("traceparent".into(), tp.into());
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
         }
         let answer = client
             .call_tool(params)

@@ -135,6 +135,7 @@ fn executor_spec(
             dir: artifacts_root.display().to_string(),
         },
         credential: target.binding,
+        traceparent: Some(toolgate_api::trace::call_traceparent(&rec.traced())),
         working_dir: Some(match &tool.spec.execution.working_dir {
             Some(w) => Path::new(toolgate_sandbox::plan::WORKSPACE_INSIDE)
                 .join(w)

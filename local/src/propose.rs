@@ -53,6 +53,7 @@ impl Runtime {
             events: 0,
             attempts: 0,
             leases: Vec::new(),
+            traceparent: toolgate_api::trace::request_traceparent(),
         };
         let session = self.session_approvals(&rec)?;
         let config = &self.inner.config;

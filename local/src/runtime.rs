@@ -40,6 +40,8 @@ pub struct Config {
     pub broker: Arc<dyn CredentialBroker>,
     /// How often the manifests folder is checked for changes.
     pub reload_interval: Duration,
+    /// Where call spans go (nowhere by default).
+    pub tracer: toolgate_api::trace::CallTracer,
 }
 
 /// Why the runtime did not start.
@@ -162,6 +164,7 @@ impl Runtime {
         steps: &[Step],
         idempotency_key: Option<&str>,
     ) -> Result<CallRecord, ApiError> {
+        let began = std::time::SystemTime::now();
         let mut steps = steps.to_vec();
         let ledger = self.budget(&mut rec, &mut steps)?;
         let events = record_steps(&mut rec, &steps);
@@ -177,6 +180,10 @@ impl Runtime {
         self.inner
             .metrics
             .record(&rec.namespace, &rec.status, &steps);
+        self.inner
+            .config
+            .tracer
+            .record(&rec.traced(), &rec.status, &steps, began);
         for e in events {
             let _ = self.inner.events.send(e);
         }

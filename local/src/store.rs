@@ -105,6 +105,26 @@ pub struct CallRecord {
     /// the same transaction; removed with CredentialsRevoked). Never shown through the API.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<crate::broker::Lease>,
+    /// The W3C `traceparent` the agent proposed it under, if any: its spans join that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+impl CallRecord {
+    /// The call as its spans name it.
+    pub fn traced(&self) -> toolgate_api::trace::TracedCall<'_> {
+        toolgate_api::trace::TracedCall {
+            uid: &self.id,
+            name: &self.id,
+            namespace: &self.namespace,
+            tool: &self.spec.tool_ref.name,
+            traceparent: self.traceparent.as_deref(),
+            created: std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_nanos(
+                    u64::try_from(self.created_at.as_nanosecond()).unwrap_or(0),
+                ),
+        }
+    }
 }
 
 /// `null`, one approval or a list of them.

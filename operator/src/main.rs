@@ -128,6 +128,11 @@ struct Args {
     /// Seconds a failed call's pod is kept for debugging.
     #[arg(long, default_value_t = 600)]
     keep_failed_pods_seconds: u64,
+    /// Export a span per call (and per step of its chain) to this OTLP/gRPC collector; a call
+    /// proposed with a `traceparent` (gRPC metadata, or the `toolgate.dev/traceparent`
+    /// annotation) joins the agent's trace.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
@@ -174,6 +179,10 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
         broker,
         artifact_egress: args.artifacts_egress_cidrs.clone(),
         keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
+        tracer: match &args.otlp_endpoint {
+            Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-operator")?,
+            None => Default::default(),
+        },
     })
 }
 
@@ -189,16 +198,27 @@ fn main() -> ExitCode {
         )
         .init();
     let args = Args::parse();
-    let config = match call_config(&args) {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolgate-operator: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // The OTLP exporter's channel is made inside the runtime.
+    let config = match runtime.block_on(async { call_config(&args) }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("toolgate-operator: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let result = tokio::runtime::Runtime::new()
-        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))
-        .and_then(|runtime| runtime.block_on(run(args, config)));
+    let tracer = config.tracer.clone();
+    let result = runtime.block_on(run(args, config));
+    // Off the runtime's threads: the last batch of spans needs them to be sent.
+    runtime.block_on(async {
+        let _ = tokio::task::spawn_blocking(move || tracer.shutdown()).await;
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 /// The repository root.
 pub mod api;
 pub mod fixtures;
+pub mod jaeger;
 pub mod vault;
 
 pub fn root() -> &'static Path {

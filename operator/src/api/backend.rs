@@ -74,10 +74,16 @@ impl Backend for KubeBackend {
         };
         let spec = proposal.into_spec(caller, tool, digest);
         let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
-        match api
-            .create(&PostParams::default(), &ToolCall::new(&name, spec.clone()))
-            .await
-        {
+        let mut object = ToolCall::new(&name, spec.clone());
+        // The agent's trace context: the call's spans join its trace.
+        if let Some(tp) = toolgate_api::trace::request_traceparent() {
+            object.metadata.annotations = Some(
+                [(toolgate_api::trace::TRACEPARENT_ANNOTATION.to_string(), tp)]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        match api.create(&PostParams::default(), &object).await {
             Ok(created) => Ok(message(&created)),
             Err(kube::Error::Api(e)) if e.code == 409 && spec.idempotency_key.is_some() => {
                 let existing = api.get(&name).await.map_err(internal)?;

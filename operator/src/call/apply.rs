@@ -106,7 +106,13 @@ async fn prepare(
     owner: &Owner<'_>,
     target: &RunTarget<'_>,
 ) -> Result<Result<plan::Sandbox, Vec<Step>>, Error> {
-    let sandbox = match plan::sandbox(owner, &call.spec, target, &ctx.config) {
+    let sandbox = match plan::sandbox(
+        owner,
+        &call.spec,
+        toolgate_api::trace::call_traceparent(&super::traced(call)),
+        target,
+        &ctx.config,
+    ) {
         Ok(s) => s,
         Err(steps) => return Ok(Err(steps)),
     };

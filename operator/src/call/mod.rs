@@ -63,6 +63,29 @@ pub struct CallConfig {
     pub artifact_egress: Vec<String>,
     /// How long a failed call's pod is kept for debugging.
     pub keep_failed_pods: Duration,
+    /// Where call spans go (nowhere by default).
+    pub tracer: toolgate_api::trace::CallTracer,
+}
+
+/// The call as its spans name it: its uid, and the agent's `traceparent` from its annotation.
+pub(crate) fn traced(call: &ToolCall) -> toolgate_api::trace::TracedCall<'_> {
+    let meta = &call.metadata;
+    toolgate_api::trace::TracedCall {
+        uid: meta.uid.as_deref().unwrap_or_default(),
+        name: meta.name.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        tool: &call.spec.tool_ref.name,
+        traceparent: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(toolgate_api::trace::TRACEPARENT_ANNOTATION))
+            .map(String::as_str),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| std::time::SystemTime::from(t.0))
+            .unwrap_or_else(std::time::SystemTime::now),
+    }
 }
 
 /// What every reconcile of a ToolCall needs, shared by all of them.

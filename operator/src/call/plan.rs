@@ -42,6 +42,7 @@ pub(crate) struct Sandbox {
 pub(crate) fn sandbox(
     owner: &Owner<'_>,
     call: &ToolCallSpec,
+    traceparent: String,
     target: &RunTarget<'_>,
     config: &CallConfig,
 ) -> Result<Sandbox, Vec<Step>> {
@@ -75,6 +76,7 @@ pub(crate) fn sandbox(
         dry_run: call.dry_run,
         artifacts: config.artifacts.clone(),
         credential: target.binding,
+        traceparent: Some(traceparent),
         working_dir: Some(build::WORKSPACE_DIR.into()),
         write_roots: confinement
             .write

@@ -33,6 +33,7 @@ impl Context {
         if steps.is_empty() {
             return Ok(());
         }
+        let began = std::time::SystemTime::now();
         let mut steps = steps.to_vec();
         self.budget(call, status, &mut steps).await?;
         let steps = steps.as_slice();
@@ -67,6 +68,9 @@ impl Context {
             Err(e) => return Err(kube_error("patching the call's status")(e)),
         }
         self.count(&ns, status, steps);
+        self.config
+            .tracer
+            .record(&super::traced(call), status, steps, began);
         let reference = call.object_ref(&());
         self.shadowed(call, status, steps, &reference).await;
         for s in steps {

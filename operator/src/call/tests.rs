@@ -162,6 +162,7 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
             broker: Arc::new(toolgate_broker::NoBroker),
             artifact_egress: vec![],
             keep_failed_pods: Duration::from_secs(0),
+            tracer: Default::default(),
         },
         metrics: Arc::default(),
         failures: Default::default(),
