@@ -15,6 +15,17 @@ fn documents(yaml: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The operator container's arguments in rendered documents.
+fn args_of(docs: &[serde_json::Value]) -> Vec<String> {
+    docs.iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].as_array())
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect()
+}
+
 #[test]
 fn the_chart_lints_renders_and_the_api_server_accepts_it() {
     if !have_cluster() {
@@ -141,15 +152,6 @@ fn the_chart_serves_the_agent_api_over_tls_by_default() {
     if !have_cluster() {
         return;
     }
-    let args_of = |docs: &[serde_json::Value]| -> Vec<String> {
-        docs.iter()
-            .find(|d| d["kind"] == "Deployment")
-            .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].as_array())
-            .expect("args")
-            .iter()
-            .filter_map(|a| a.as_str().map(str::to_string))
-            .collect()
-    };
     let docs = documents(&helm_template(&["--namespace", "toolgate-system"]));
     let args = args_of(&docs);
     assert!(
@@ -271,4 +273,139 @@ fn the_chart_points_the_operator_at_vault_with_a_projected_token() {
         Some(2),
         "clap refused the chart's flags: {err}"
     );
+}
+
+/// `helm` with `args` on the chart: (success, stdout, stderr).
+fn helm_on_chart(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(helm()).args(args).output().expect("helm runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What teams expect of an operator chart: values checked by `values.schema.json` with the field
+/// named, a PodDisruptionBudget, an optional ServiceMonitor, tracing, and NOTES.txt.
+#[test]
+fn the_chart_checks_its_values_and_has_what_an_operator_chart_needs() {
+    if !have_cluster() {
+        return;
+    }
+    let chart = root().join("charts/toolgate");
+    let chart = chart.to_str().expect("path");
+    for (set, says) in [
+        (
+            "replicaCount=two",
+            "at '/replicaCount': got string, want integer",
+        ),
+        (
+            "tracing.otlpEndpoint=collector:4317",
+            "at '/tracing/otlpEndpoint': 'collector:4317' does not match pattern",
+        ),
+        ("replicas=2", "additional properties 'replicas' not allowed"),
+        ("grpc.port=70000", "at '/grpc/port'"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+    ] {
+        let (ok, out, err) = helm_on_chart(&[
+            "template",
+            "toolgate",
+            chart,
+            "--kube-version",
+            "1.37.2",
+            "--set",
+            set,
+        ]);
+        assert!(!ok, "{set} accepted: {out}");
+        assert!(err.contains(says), "{set}: {err}");
+    }
+
+    // Two replicas (the default): a PodDisruptionBudget keeps one; one replica: none.
+    let docs = documents(&helm_template(&["--namespace", "toolgate-system"]));
+    let pdb = docs
+        .iter()
+        .find(|d| d["kind"] == "PodDisruptionBudget")
+        .expect("a PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    assert!(!docs.iter().any(|d| d["kind"] == "ServiceMonitor"));
+    let one = documents(&helm_template(&["--set", "replicaCount=1"]));
+    assert!(!one.iter().any(|d| d["kind"] == "PodDisruptionBudget"));
+
+    // The ServiceMonitor scrapes the Service's metrics port; tracing reaches the operator's args.
+    let docs = documents(&helm_template(&[
+        "--namespace",
+        "toolgate-system",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "serviceMonitor.labels.release=kube-prometheus-stack",
+        "--set",
+        "tracing.otlpEndpoint=http://otel-collector.observability:4317",
+    ]));
+    let monitor = docs
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor")
+        .expect("ServiceMonitor");
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .expect("Service");
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == "metrics")
+    );
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("selector")
+    {
+        assert_eq!(&service["metadata"]["labels"][k], v, "{k}");
+    }
+    assert!(
+        args_of(&docs).contains(&"--otlp-endpoint=http://otel-collector.observability:4317".into()),
+        "{:?}",
+        args_of(&docs)
+    );
+
+    // NOTES.txt, as `helm install` prints it (a server-side dry run on the test API server).
+    let kubeconfig = std::env::var("TOOLGATE_KUBECONFIG").expect("kubeconfig");
+    let (ok, out, err) = helm_on_chart(&[
+        "install",
+        "toolgate",
+        chart,
+        "--dry-run=server",
+        // Other suites own the cluster-scoped RBAC objects; a dry run changes nothing.
+        "--take-ownership",
+        "--namespace",
+        "toolgate-notes-test",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert!(ok, "helm install --dry-run: {err}");
+    let notes = out.split("NOTES:").nth(1).expect("NOTES in the output");
+    for want in [
+        "toolgate-operator.toolgate-notes-test.svc:7443",
+        "over TLS",
+        "get secret toolgate-operator-grpc-tls",
+        "No credential source is set",
+        "kubectl explain toolcall.spec",
+    ] {
+        assert!(notes.contains(want), "{want:?} in NOTES:\n{notes}");
+    }
 }

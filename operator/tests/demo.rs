@@ -268,15 +268,27 @@ fn propose(doc: &str) {
 
 #[test]
 fn the_demo_through_kubectl() {
-    let Some(d) = Demo::start("tg-demo-kubectl", &[]) else {
+    let jaeger =
+        toolgate_testkit::jaeger::have_jaeger().then(toolgate_testkit::jaeger::TestJaeger::start);
+    let args: Vec<&str> = match &jaeger {
+        Some(j) => vec!["--otlp-endpoint", j.otlp.as_str()],
+        None => vec![],
+    };
+    let Some(d) = Demo::start("tg-demo-kubectl", &args) else {
         return;
     };
     let ns = d.ns.as_str();
 
-    // 1. An allowed read (L0): the example call file as written, pinned digest and all.
+    // 1. An allowed read (L0): the example call file as written, pinned digest and all, with
+    // the trace context a traced pipeline would add as an annotation.
     let example = std::fs::read_to_string(root().join("examples/calls/01-read-serializer.yaml"))
         .expect("example call")
-        .replace("namespace: team-a}", &format!("namespace: {ns}}}"));
+        .replace(
+            "namespace: team-a}",
+            &format!(
+                "namespace: {ns}, annotations: {{toolgate.dev/traceparent: \"00-{KUBECTL_TRACE}-{AGENT_SPAN}-01\"}}}}"
+            ),
+        );
     propose(&example);
     ok(
         &[
@@ -493,7 +505,22 @@ fn the_demo_through_kubectl() {
         "the blocked .env leaked"
     );
     assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
+
+    // The annotated call joined the trace it named.
+    if let Some(j) = jaeger {
+        let spans = j.wait_for(KUBECTL_TRACE, |s| {
+            s.iter().any(|s| s.name == "execute_tool file.read")
+        });
+        let root = spans
+            .iter()
+            .find(|s| s.name == "execute_tool file.read")
+            .expect("call span");
+        assert_eq!(root.parent.as_deref(), Some(AGENT_SPAN), "{root:#?}");
+        assert_eq!(root.tag("gen_ai.tool.call.id"), Some("read-serializer-1"));
+    }
 }
+
+const KUBECTL_TRACE: &str = "6bf92f3577b34da6a3ce929d0e0e4738";
 
 /// The agent's intent in the gRPC run.
 const INTENT: &str =
@@ -511,6 +538,21 @@ async fn run(
     action: &str,
     phases: &[&str],
 ) -> pb::Call {
+    run_traced(api, agent, ns, tool, args, action, phases, None).await
+}
+
+/// [`run`], proposed under the agent's `traceparent` when given.
+#[allow(clippy::too_many_arguments)]
+async fn run_traced(
+    api: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    agent: &str,
+    ns: &str,
+    tool: &str,
+    args: serde_json::Value,
+    action: &str,
+    phases: &[&str],
+    traceparent: Option<&str>,
+) -> pb::Call {
     let proposal = pb::ProposeCallRequest {
         namespace: ns.into(),
         tool: tool.into(),
@@ -525,8 +567,14 @@ async fn run(
         session_id: "sess-demo".into(),
         ..Default::default()
     };
+    let mut request = req(agent, proposal);
+    if let Some(tp) = traceparent {
+        request
+            .metadata_mut()
+            .insert("traceparent", tp.parse().expect("ascii"));
+    }
     let call = api
-        .propose_call(req(agent, proposal))
+        .propose_call(request)
         .await
         .unwrap_or_else(|e| panic!("proposing {tool}: {e}"))
         .into_inner();
@@ -538,8 +586,14 @@ fn the_demo_through_grpc() {
     let port = support::free_port();
     let grpc = format!("127.0.0.1:{port}");
     let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
-    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
-    let Some(d) = Demo::start("tg-demo-grpc", &tls) else {
+    let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
+    // The operator's spans go to a real collector; the issue call is traced below.
+    let jaeger =
+        toolgate_testkit::jaeger::have_jaeger().then(toolgate_testkit::jaeger::TestJaeger::start);
+    if let Some(j) = &jaeger {
+        args.extend(["--otlp-endpoint", j.otlp.as_str()]);
+    }
+    let Some(d) = Demo::start("tg-demo-grpc", &args) else {
         return;
     };
     let ns = d.ns.clone();
@@ -615,7 +669,7 @@ fn the_demo_through_grpc() {
             "body": "formatDate used local time; fixed in the same session.",
         });
         let waits = &["AwaitingApproval"];
-        let waiting = run(
+        let waiting = run_traced(
             &mut api,
             &agent,
             &ns,
@@ -623,6 +677,7 @@ fn the_demo_through_grpc() {
             issue,
             "external_send",
             waits,
+            Some(&format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01")),
         )
         .await;
         let issue = waiting.clone();
@@ -674,4 +729,45 @@ fn the_demo_through_grpc() {
         "the blocked .env leaked"
     );
     assert!(!everything.contains(TOKEN_CANARY), "the credential leaked");
+    // The issue call's spans, on the collector, under the agent's span; no canary in any.
+    let Some(jaeger) = jaeger else { return };
+    let spans = jaeger.wait_for(AGENT_TRACE, |s| {
+        s.iter()
+            .any(|s| s.name == "execute_tool github.create-issue")
+    });
+    let root = spans
+        .iter()
+        .find(|s| s.name == "execute_tool github.create-issue")
+        .expect("call span");
+    assert_eq!(root.parent.as_deref(), Some(AGENT_SPAN), "{root:#?}");
+    assert_eq!(root.service, "toolgate-operator");
+    assert_eq!(root.tag("gen_ai.operation.name"), Some("execute_tool"));
+    // Decided again once approved: allowed, by the approval.
+    assert_eq!(root.tag("toolgate.decision"), Some("allow"));
+    assert_eq!(root.tag("toolgate.phase"), Some("Succeeded"));
+    for step in [
+        "PolicyChecked",
+        "ApprovalGranted",
+        "CredentialsBound",
+        "Finished",
+    ] {
+        let s = spans
+            .iter()
+            .find(|s| s.name == format!("toolgate.step {step}"))
+            .unwrap_or_else(|| panic!("no {step} span in {spans:#?}"));
+        assert_eq!(s.parent.as_deref(), Some(root.span_id.as_str()), "{s:#?}");
+    }
+    for s in &spans {
+        for (k, v) in &s.tags {
+            assert!(
+                !v.contains(TOKEN_CANARY)
+                    && !v.contains(DOTENV_CANARY)
+                    && !k.contains(TOKEN_CANARY),
+                "canary in {s:#?}"
+            );
+        }
+    }
 }
+
+const AGENT_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+const AGENT_SPAN: &str = "10f067aa0ba902b8";

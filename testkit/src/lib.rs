@@ -53,7 +53,12 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         .spawn()
         .expect("kubectl");
     if let (Some(t), Some(mut p)) = (stdin, child.stdin.take()) {
-        p.write_all(t.as_bytes()).expect("stdin");
+        // A kubectl that exits before reading everything says why on stderr.
+        if let Err(e) = p.write_all(t.as_bytes())
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            panic!("kubectl stdin: {e}");
+        }
     }
     let out = child.wait_with_output().expect("kubectl");
     (
