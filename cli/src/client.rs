@@ -56,6 +56,72 @@ pub struct Tls {
     pub identity: Option<(PathBuf, PathBuf)>,
 }
 
+/// An error with its causes, one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text = format!("{text}: {s_text}");
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// What a broken connection most likely means for this process's one connection: set when it
+/// connects over TLS without a client certificate (a server requiring one closes the
+/// connection after the handshake, and the alert saying so does not reach the client's error).
+static TRANSPORT_HINT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// What a TLS failure means for the person at the command line (rustls names the case).
+fn tls_hint(detail: &str) -> Option<&'static str> {
+    let cases = [
+        ("Expired", "the server's certificate has expired; renew it"),
+        (
+            "NotValidYet",
+            "the server's certificate is not valid yet; check the clocks",
+        ),
+        (
+            "UnknownIssuer",
+            "the server's certificate is not signed by a CA this client trusts",
+        ),
+        (
+            "BadSignature",
+            "the server's certificate is not signed by the CA this client trusts",
+        ),
+        (
+            "NotValidForName",
+            "the server's certificate is not for this host name; use a name it lists",
+        ),
+        (
+            "CertificateRequired",
+            "the server requires a client certificate; give --client-cert and --client-key",
+        ),
+        (
+            "certificate required",
+            "the server requires a client certificate; give --client-cert and --client-key",
+        ),
+        (
+            "UnknownCA",
+            "the server does not trust this client certificate's CA",
+        ),
+        (
+            "unknown ca",
+            "the server does not trust this client certificate's CA",
+        ),
+        (
+            "InvalidContentType",
+            "the server does not speak TLS here; use http:// for a plain-text server",
+        ),
+    ];
+    cases
+        .iter()
+        .find(|(needle, _)| detail.contains(needle))
+        .map(|(_, hint)| *hint)
+}
+
 /// A connected client.
 pub struct Client {
     inner: ToolgateClient<Channel>,
@@ -77,11 +143,19 @@ impl Client {
                     .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca", ca)?)),
                 None => config.with_native_roots(),
             };
-            if let Some((cert, key)) = &tls.identity {
-                config = config.identity(tonic::transport::Identity::from_pem(
-                    read("--client-cert", cert)?,
-                    read("--client-key", key)?,
-                ));
+            match &tls.identity {
+                Some((cert, key)) => {
+                    config = config.identity(tonic::transport::Identity::from_pem(
+                        read("--client-cert", cert)?,
+                        read("--client-key", key)?,
+                    ));
+                }
+                None => {
+                    let _ = TRANSPORT_HINT.set(
+                        "the connection broke; a server that requires a client certificate \
+                         closes it when none is given (--client-cert and --client-key)",
+                    );
+                }
             }
             endpoint = endpoint
                 .tls_config(config)
@@ -91,10 +165,17 @@ impl Client {
                 "--server {server}: --ca and --client-cert are for an https:// server; this one is plain http"
             );
         }
-        let channel = endpoint
-            .connect()
-            .await
-            .with_context(|| format!("connecting to {server}"))?;
+        let ca = match &tls.ca {
+            Some(p) => format!("--ca {}", p.display()),
+            None => "the system's roots (give --ca)".to_string(),
+        };
+        let channel = endpoint.connect().await.map_err(|e| {
+            let detail = error_chain(&e);
+            match tls_hint(&detail) {
+                Some(hint) => anyhow::anyhow!("connecting to {server}: {hint} [{ca}] ({detail})"),
+                None => anyhow::anyhow!("connecting to {server}: {detail}"),
+            }
+        })?;
         Ok(Client {
             inner: ToolgateClient::new(channel),
             token: token.to_string(),
@@ -398,6 +479,14 @@ fn status_error(s: tonic::Status) -> anyhow::Error {
     }
     if let Some(f) = field {
         msg.push_str(&format!(" (field {f})"));
+    }
+    // A transport failure (TLS 1.3 refuses a client certificate after the handshake): its causes.
+    if let Some(source) = std::error::Error::source(&s) {
+        let detail = error_chain(source);
+        match tls_hint(&detail).or_else(|| TRANSPORT_HINT.get().copied()) {
+            Some(hint) => msg.push_str(&format!(": {hint} ({detail})")),
+            None => msg.push_str(&format!(" ({detail})")),
+        }
     }
     anyhow::anyhow!(msg)
 }

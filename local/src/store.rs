@@ -253,9 +253,11 @@ impl Store {
         let opened = std::panic::catch_unwind(|| {
             Database::builder()
                 .set_check_integrity_on_open(true)
+                // The check runs through redb's repair at every open, clean stop or not: it
+                // is no news (it used to be logged as "repairing after an unclean stop").
                 .set_repair_callback(|session| {
                     if session.progress() == 0.0 {
-                        tracing::warn!("repairing the call store after an unclean stop");
+                        tracing::debug!("checking every page of the call store");
                     }
                 })
                 .create(&path)

@@ -239,3 +239,89 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
         "the old certificate is still served"
     );
 }
+
+/// A certificate for 127.0.0.1 and localhost that expired in 2021.
+fn expired_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("params");
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("cert");
+    let (c, k) = (dir.join("expired.crt"), dir.join("expired.key"));
+    std::fs::write(&c, cert.pem()).expect("cert");
+    write_private(&k, &key.serialize_pem());
+    (c, k)
+}
+
+/// The command line's client against a TLS server: what it says when the certificate has
+/// expired, when the CA is the wrong one, and when the server wants a client certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_line_says_what_is_wrong_with_a_certificate() {
+    let dir = setup();
+    let list = |addr: &str, extra: &[&str]| {
+        std::process::Command::new(toolgate_binary())
+            .args(["--server", &format!("https://{addr}"), "--token", AGENT])
+            .args(extra)
+            .arg("list")
+            .output()
+            .expect("toolgate list")
+    };
+
+    let (cert, key) = expired_certificate(dir.path());
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let mut expired = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &tls_args(&c, &k, "127.0.0.1:0"),
+    );
+    let out = list(&expired.addr, &["--ca", &c]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.to_lowercase().contains("expired"), "{err}");
+    expired.stop();
+
+    let (cert, key) = certificate(dir.path(), "server");
+    let (other_ca, _) = certificate(dir.path(), "other");
+    let (client_cert, client_key) = certificate(dir.path(), "agent");
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let client_ca = client_cert.display().to_string();
+    let mut args = tls_args(&c, &k, "127.0.0.1:0");
+    args.extend(["--tls-client-ca", &client_ca]);
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &args,
+    );
+    let out = list(&server.addr, &["--ca", &other_ca.display().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("is not signed by the CA this client trusts") && err.contains("other.crt"),
+        "{err}"
+    );
+
+    // Mutual TLS: without a client certificate refused, with one served.
+    let out = list(&server.addr, &["--ca", &c]);
+    assert!(!out.status.success(), "served without a client certificate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requires a client certificate"), "{err}");
+    let out = list(
+        &server.addr,
+        &[
+            "--ca",
+            &c,
+            "--client-cert",
+            &client_ca,
+            "--client-key",
+            &client_key.display().to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
