@@ -1758,3 +1758,90 @@ fn tool_policies_narrow_calls_on_the_cluster_and_report_their_state() {
     );
     assert!(why.contains("does not compile"), "{why}");
 }
+
+/// Mutual TLS on the operator's agent API (`--grpc-tls-client-ca`, the chart's
+/// `grpc.tls.clientCaSecretName`): a caller without a client certificate is refused before its
+/// token is read; with one, the API serves it; the command line's client does the same.
+#[test]
+fn the_agent_api_requires_client_certificates_when_told() {
+    use toolgate_proto::v1 as pb;
+    let port = support::free_port();
+    let grpc = format!("127.0.0.1:{port}");
+    let identity = toolgate_testkit::api::ClientIdentity::default();
+    let mut args = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    args.extend([
+        "--grpc-tls-client-ca".into(),
+        identity.cert.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let Some(c) = cluster_with("tg-mtls", &args) else {
+        return;
+    };
+    let ns = c.ns.clone();
+    support::apply_agent_access(&ns);
+    let agent = token_of("agent");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        // Once it serves at all (the operator takes a moment to start)...
+        let _ = toolgate_testkit::api::grpc_tls_client(&grpc).await;
+        let list = || {
+            support::authorized(
+                &agent,
+                pb::ListCallsRequest {
+                    namespace: ns.clone(),
+                    ..Default::default()
+                },
+            )
+        };
+        let anonymous = async {
+            let mut c = toolgate_testkit::api::tls_client_with(&grpc, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            c.list_calls(list()).await.map_err(|e| e.to_string())?;
+            Ok::<(), String>(())
+        };
+        assert!(
+            anonymous.await.is_err(),
+            "served a caller without a client certificate"
+        );
+        let mut c = toolgate_testkit::api::tls_client_with(&grpc, Some(&identity))
+            .await
+            .expect("mTLS connects");
+        c.list_calls(list())
+            .await
+            .expect("served with a client certificate");
+    });
+    let cli = |with_identity: bool| {
+        let mut cmd = std::process::Command::new(support::toolgate_cli());
+        cmd.args([
+            "--server",
+            &format!("https://localhost:{port}"),
+            "--token",
+            &agent,
+        ])
+        .arg("--ca")
+        .arg(&toolgate_testkit::api::TestTls::get().cert);
+        if with_identity {
+            cmd.arg("--client-cert")
+                .arg(&identity.cert)
+                .arg("--client-key")
+                .arg(&identity.key);
+        }
+        cmd.args(["list", "--namespace", &ns])
+            .output()
+            .expect("toolgate")
+    };
+    let refused = cli(false);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("requires a client certificate"), "{err}");
+    let served = cli(true);
+    assert!(
+        served.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served.stderr)
+    );
+}

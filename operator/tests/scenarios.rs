@@ -54,17 +54,6 @@ fn manifests(ns: &str) -> String {
         )
 }
 
-/// The `toolgate` binary beside the test binaries (`cargo test --workspace` builds it).
-fn toolgate_binary() -> std::path::PathBuf {
-    let exe = node_emulator::executor_binary().with_file_name("toolgate");
-    assert!(
-        exe.is_file(),
-        "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
-        exe.display()
-    );
-    exe
-}
-
 /// The server process, and its folder (removed once it is gone).
 struct LocalServer(
     Child,
@@ -96,7 +85,7 @@ async fn local() -> Backend {
     let mut perms = std::fs::metadata(&tokens).expect("meta").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
     std::fs::set_permissions(&tokens, perms).expect("chmod");
-    let mut child = Command::new(toolgate_binary())
+    let mut child = Command::new(support::toolgate_cli())
         .arg("local")
         .arg("--manifests")
         .arg(root.join("manifests"))

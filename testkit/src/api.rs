@@ -60,6 +60,57 @@ impl TestTls {
     }
 }
 
+/// An agent's client certificate, self-signed: also the CA a server requiring client
+/// certificates is given (`--grpc-tls-client-ca`, `--tls-client-ca`).
+pub struct ClientIdentity {
+    /// Certificate (PEM).
+    pub cert: std::path::PathBuf,
+    /// Key (PEM).
+    pub key: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Default for ClientIdentity {
+    fn default() -> Self {
+        let dir = tempfile::tempdir().expect("tmp");
+        let ck = rcgen::generate_simple_self_signed(vec!["fixer.agents.example".into()])
+            .expect("certificate");
+        let (cert, key) = (dir.path().join("agent.crt"), dir.path().join("agent.key"));
+        std::fs::write(&cert, ck.cert.pem()).expect("cert");
+        std::fs::write(&key, ck.signing_key.serialize_pem()).expect("key");
+        ClientIdentity {
+            cert,
+            key,
+            _dir: dir,
+        }
+    }
+}
+
+/// A TLS client of the API at `addr` trusting [`TestTls`], presenting `identity` if given; the
+/// first call's answer says whether the server served it.
+pub async fn tls_client_with(
+    addr: &str,
+    identity: Option<&ClientIdentity>,
+) -> Result<ToolgateClient<Channel>, tonic::transport::Error> {
+    let mut tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(
+            std::fs::read(&TestTls::get().cert).expect("ca"),
+        ))
+        .domain_name("localhost");
+    if let Some(id) = identity {
+        tls = tls.identity(tonic::transport::Identity::from_pem(
+            std::fs::read(&id.cert).expect("cert"),
+            std::fs::read(&id.key).expect("key"),
+        ));
+    }
+    let channel = Channel::from_shared(format!("https://{addr}"))
+        .expect("url")
+        .tls_config(tls)?
+        .connect()
+        .await?;
+    Ok(ToolgateClient::new(channel))
+}
+
 /// A client of the API at `addr` (`host:port`), once it answers (30 s at most).
 pub async fn grpc_client(addr: &str) -> ToolgateClient<Channel> {
     connect_when_up(addr, None).await

@@ -41,11 +41,34 @@ spec:
   provenance: {trustLevel: first_party}
 ---
 apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {name: test.traceparent, namespace: team-a}
+spec:
+  canonicalName: test.traceparent
+  version: "1.0.0"
+  source: {type: cli, packageName: coreutils}
+  description:
+    summary: Print the trace context the call's process was given.
+    useWhen: ["testing toolgate"]
+    doNotUseWhen: ["anything else"]
+  intent: {actionTypes: [execute], domains: [test]}
+  schemas:
+    inputSchema: {type: object, additionalProperties: false, properties: {}}
+  effects: {reads: [], writes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: true, reversible: true, dryRunSupported: false}
+  risk: {level: low, destructive: false, openWorld: false}
+  permissions: {approvalPolicy: never, requiredScopes: ["workspace:read"]}
+  sandboxPolicyRef: {name: read-only}
+  contextPolicy: {exposeToModel: true, exposeOutputToModel: full, maxOutputPreviewTokens: 100}
+  execution: {adapter: cli, argv: [printenv, TRACEPARENT], timeoutMs: 20000}
+  provenance: {trustLevel: first_party}
+---
+apiVersion: toolgate.dev/v1alpha1
 kind: ToolGrant
 metadata: {name: python-tests, namespace: team-a}
 spec:
   subjects: [{kind: ServiceAccount, name: fixer, namespace: team-a}]
-  tools: {names: [test.gated]}
+  tools: {names: [test.gated, test.traceparent]}
   scopes: ["workspace:read"]
 """
 
@@ -108,5 +131,30 @@ def tls_server(tmp_path_factory):
         ["--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.key")],
     )
     yield addr, str(root / "ca.pem")
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def mtls_server(tmp_path_factory):
+    """A TLS server that requires client certificates from a test CA; yields (address, CA file,
+    client certificate, client key)."""
+    import trustme
+
+    root = tmp_path_factory.mktemp("toolgate-mtls")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
+    cert.private_key_pem.write_to_path(str(root / "server.key"))
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    agent = ca.issue_cert("fixer@agents.example")
+    agent.cert_chain_pems[0].write_to_path(str(root / "agent.pem"))
+    agent.private_key_pem.write_to_path(str(root / "agent.key"))
+    addr, proc = start(
+        root,
+        ["--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.key"),
+         "--tls-client-ca", str(root / "ca.pem")],
+    )
+    yield addr, str(root / "ca.pem"), str(root / "agent.pem"), str(root / "agent.key")
     proc.terminate()
     proc.wait(timeout=10)

@@ -89,3 +89,29 @@ def test_tls_with_the_servers_ca(tls_server):
     with pytest.raises(ToolgateError) as e:
         Client(addr, token=AGENT, timeout=5).get(call.id)
     assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_mutual_tls_with_a_client_certificate(mtls_server):
+    addr, ca, cert, key = mtls_server
+    with Client(addr, token=AGENT, ca=ca, client_cert=cert, client_key=key) as tg:
+        call = tg.propose("file.read", {"path": "src/serializer.ts"}, action_type="read", task="over mTLS")
+        assert tg.wait(call.id).phase == "Succeeded"
+    # Without a certificate the server refuses the connection.
+    with pytest.raises(ToolgateError) as e:
+        Client(addr, token=AGENT, ca=ca, timeout=5).get(call.id)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_call_joins_the_agents_trace(server, monkeypatch):
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with Client(server, token=AGENT) as tg:
+        call = tg.propose("test.traceparent", {}, action_type="execute", task="traced",
+                          traceparent=f"00-{trace}-00f067aa0ba902b7-01")
+        done = tg.wait(call.id)
+        assert done.phase == "Succeeded", done
+        # The tool's process got the call's context: the agent's trace, the call's own span.
+        assert f"00-{trace}-" in done.output_preview and "00f067aa0ba902b7" not in done.output_preview
+        # From the environment, as a process started by a traced agent gets it.
+        monkeypatch.setenv("TRACEPARENT", "00-5bf92f3577b34da6a3ce929d0e0e4737-00f067aa0ba902b7-01")
+        call = tg.propose("test.traceparent", {}, action_type="execute", task="traced by env")
+        assert "00-5bf92f3577b34da6a3ce929d0e0e4737-" in tg.wait(call.id).output_preview

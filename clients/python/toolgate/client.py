@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -55,6 +56,20 @@ class ToolgateError(Exception):
                     if bad.field_violations:
                         fieldpath = bad.field_violations[0].field
         return cls(err.code(), err.details() or "", reason, fieldpath)
+
+
+def _current_traceparent() -> Optional[str]:
+    """The caller's trace context: the current OpenTelemetry span, or ``TRACEPARENT``."""
+    try:
+        from opentelemetry import propagate  # type: ignore[import-not-found]
+
+        carrier: dict = {}
+        propagate.inject(carrier)
+        if carrier.get("traceparent"):
+            return carrier["traceparent"]
+    except ImportError:
+        pass
+    return os.environ.get("TRACEPARENT") or None
 
 
 @dataclass
@@ -176,9 +191,9 @@ class Client:
     def _md(self):
         return [("authorization", f"Bearer {self._token}")]
 
-    def _unary(self, method, request):
+    def _unary(self, method, request, extra_md=()):
         try:
-            return method(request, metadata=self._md(), timeout=self._timeout)
+            return method(request, metadata=self._md() + list(extra_md), timeout=self._timeout)
         except grpc.RpcError as e:
             raise ToolgateError.from_rpc(e) from None
 
@@ -232,8 +247,14 @@ class Client:
         dry_run: bool = False,
         session_id: str = "",
         namespace: str = "",
+        traceparent: Optional[str] = None,
     ) -> Call:
-        """Propose a call; it comes back decided (allowed, waiting for approval, or denied)."""
+        """Propose a call; it comes back decided (allowed, waiting for approval, or denied).
+
+        The call's spans join the agent's trace: ``traceparent`` (W3C), else the current
+        OpenTelemetry span when the ``opentelemetry`` package is installed, else the
+        ``TRACEPARENT`` environment variable."""
+        tp = traceparent or _current_traceparent()
         c = self._unary(
             self._stub.ProposeCall,
             pb.ProposeCallRequest(
@@ -251,6 +272,7 @@ class Client:
                 dry_run=dry_run,
                 session_id=session_id,
             ),
+            [("traceparent", tp)] if tp else (),
         )
         return Call.from_pb(c)
 

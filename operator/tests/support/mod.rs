@@ -34,6 +34,17 @@ pub fn operator_log() -> String {
     .unwrap_or_default()
 }
 
+/// The `toolgate` binary beside the test binaries (`cargo test --workspace` builds it).
+pub fn toolgate_cli() -> std::path::PathBuf {
+    let exe = node_emulator::executor_binary().with_file_name("toolgate");
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
+        exe.display()
+    );
+    exe
+}
+
 /// helm, built by tests/run.sh; in CI its absence is a failure.
 pub fn helm() -> std::path::PathBuf {
     std::env::var_os("TOOLGATE_HELM")
