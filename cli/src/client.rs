@@ -122,7 +122,8 @@ fn tls_hint(detail: &str) -> Option<&'static str> {
         .map(|(_, hint)| *hint)
 }
 
-/// A connected client.
+/// A connected client (cheap to clone: the connection is shared).
+#[derive(Clone)]
 pub struct Client {
     inner: ToolgateClient<Channel>,
     token: String,
@@ -195,6 +196,24 @@ impl Client {
         Client::connect(&conn.server, token, &tls).await
     }
 
+    /// The same connection, acting as the holder of another token.
+    pub fn with_token(&self, token: &str) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            token: token.to_string(),
+        }
+    }
+
+    /// Connect with the command line's server and TLS options, acting for nobody yet
+    /// ([`Client::with_token`] names the caller of each request).
+    pub async fn from_conn_without_token(conn: &Conn) -> anyhow::Result<Client> {
+        let tls = Tls {
+            ca: conn.ca.clone(),
+            identity: conn.client_cert.clone().zip(conn.client_key.clone()),
+        };
+        Client::connect(&conn.server, "", &tls).await
+    }
+
     /// A request with the bearer token.
     pub fn req<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
@@ -218,18 +237,24 @@ impl Client {
         Ok(self.inner.get_tool_view(r).await?.into_inner())
     }
 
-    /// ProposeCall.
+    /// ProposeCall, under the process's trace context (`$TRACEPARENT`, the OTel convention for
+    /// processes): a call proposed from inside a traced agent or script joins its trace.
     pub async fn propose(
         &mut self,
         req: pb::ProposeCallRequest,
     ) -> Result<pb::Call, tonic::Status> {
+        let env = std::env::var(toolgate_core::exec::TRACEPARENT_ENV).ok();
+        self.propose_traced(req, env.as_deref()).await
+    }
+
+    /// ProposeCall under this W3C `traceparent`, if any.
+    pub async fn propose_traced(
+        &mut self,
+        req: pb::ProposeCallRequest,
+        traceparent: Option<&str>,
+    ) -> Result<pb::Call, tonic::Status> {
         let mut r = self.req(req);
-        // The caller's trace context, by the OTel convention for processes: a call proposed
-        // from inside a traced agent (or script) joins its trace.
-        if let Some(v) = std::env::var(toolgate_core::exec::TRACEPARENT_ENV)
-            .ok()
-            .and_then(|tp| tp.parse().ok())
-        {
+        if let Some(v) = traceparent.and_then(|tp| tp.parse().ok()) {
             r.metadata_mut().insert("traceparent", v);
         }
         Ok(self.inner.propose_call(r).await?.into_inner())

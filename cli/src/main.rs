@@ -14,6 +14,7 @@ mod gitops;
 mod lint_cmd;
 mod local_cmd;
 mod mcp_cmd;
+mod mcp_http;
 mod mcp_serve;
 mod out;
 mod policy_cmds;

@@ -1,5 +1,6 @@
-//! `toolgate mcp serve`: toolgate as an MCP server (stdio) for MCP clients, in front of either
-//! runtime's gRPC API with the caller's token. `tools/list` is the caller's tool view in MCP
+//! `toolgate mcp serve`: toolgate as an MCP server for MCP clients — on stdio with the
+//! command line's token, or on streamable HTTP (`--listen`) where each request's bearer token is
+//! the caller's — in front of either runtime's gRPC API. `tools/list` is the caller's tool view in MCP
 //! format (why each tool is there in `_meta`), plus `toolgate.get_call`; `tools/call` proposes a
 //! governed call and waits for it — never longer than `--wait-seconds`. A call that needs a
 //! human returns at once with what it waits for (its id, the args and tool digests an approver
@@ -40,6 +41,11 @@ pub struct ServeArgs {
     /// The longest a `tools/call` waits for its call to end before answering with its state.
     #[arg(long, default_value_t = 60)]
     pub wait_seconds: u64,
+    /// Serve streamable HTTP at `http://<this address>/mcp` instead of stdio: every request
+    /// carries `Authorization: Bearer <toolgate token>` and acts as that caller (a request
+    /// without a known token gets 401). Loopback only: tokens must not cross a network in clear.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// What the gateway needs to propose a call of a tool in the view.
@@ -53,24 +59,27 @@ struct Entry {
     action: String,
 }
 
-struct Gateway {
-    client: tokio::sync::Mutex<Client>,
+pub(crate) struct Gateway {
+    /// The connection to the API (with the command line's token on stdio).
+    base: Client,
+    /// Whether callers are named per request (streamable HTTP) rather than by `base`.
+    http: bool,
     args: ServeArgs,
     entries: tokio::sync::Mutex<HashMap<String, Entry>>,
 }
 
-/// Serve MCP over stdin/stdout until the client goes.
+/// Serve MCP over stdin/stdout, or streamable HTTP with `--listen`, until the client goes (or a
+/// signal comes).
 pub fn run(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(listen) = args.listen {
+        return crate::mcp_http::run(conn, args, listen);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let client = Client::from_conn(conn).await?;
-        let gateway = Gateway {
-            client: tokio::sync::Mutex::new(client),
-            args,
-            entries: tokio::sync::Mutex::new(HashMap::new()),
-        };
+        let gateway = Gateway::new(client, false, args);
         let service = gateway
             .serve(rmcp::transport::stdio())
             .await
@@ -92,8 +101,31 @@ fn internal(what: &str, e: impl std::fmt::Display) -> McpError {
 }
 
 impl Gateway {
+    pub(crate) fn new(base: Client, http: bool, args: ServeArgs) -> Gateway {
+        Gateway {
+            base,
+            http,
+            args,
+            entries: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The API client acting as this request's caller: the bearer token of its HTTP request
+    /// (checked before it got here), or the command line's.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Client {
+        if !self.http {
+            return self.base.clone();
+        }
+        let token = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| crate::mcp_http::bearer(&p.headers))
+            .unwrap_or_default();
+        self.base.with_token(&token)
+    }
+
     /// The caller's view, as MCP tools; remembers how to propose each.
-    async fn view(&self) -> Result<Vec<Tool>, McpError> {
+    async fn view(&self, c: &mut Client) -> Result<Vec<Tool>, McpError> {
         let request = |format: pb::ViewFormat| pb::GetToolViewRequest {
             namespace: self.args.namespace.clone(),
             intent: self.args.intent.clone(),
@@ -103,7 +135,6 @@ impl Gateway {
             explain: false,
         };
         let (mcp, canonical) = {
-            let mut c = self.client.lock().await;
             let mcp = c
                 .view(request(pb::ViewFormat::Mcp))
                 .await
@@ -157,22 +188,21 @@ impl Gateway {
         Ok(tools)
     }
 
-    async fn entry(&self, name: &str) -> Result<Option<Entry>, McpError> {
+    async fn entry(&self, c: &mut Client, name: &str) -> Result<Option<Entry>, McpError> {
         if let Some(e) = self.entries.lock().await.get(name) {
             return Ok(Some(e.clone()));
         }
-        self.view().await?;
+        self.view(c).await?;
         Ok(self.entries.lock().await.get(name).cloned())
     }
 
-    async fn get(&self, id: &str) -> Result<pb::Call, tonic::Status> {
-        let mut c = self.client.lock().await;
+    async fn get(&self, c: &mut Client, id: &str) -> Result<pb::Call, tonic::Status> {
         let r = c.req(pb::GetCallRequest { id: id.into() });
         Ok(c.api().get_call(r).await?.into_inner())
     }
 
     /// Wait until the call ends, waits for a human, or the wait is over.
-    async fn settle(&self, mut call: pb::Call) -> Result<pb::Call, tonic::Status> {
+    async fn settle(&self, c: &mut Client, mut call: pb::Call) -> Result<pb::Call, tonic::Status> {
         let deadline = Instant::now() + Duration::from_secs(self.args.wait_seconds);
         while !matches!(
             call.phase.as_str(),
@@ -180,12 +210,19 @@ impl Gateway {
         ) && Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            call = self.get(&call.id).await?;
+            call = self.get(c, &call.id).await?;
         }
         Ok(call)
     }
 
-    async fn propose(&self, entry: &Entry, name: &str, args: Value) -> CallToolResult {
+    async fn propose(
+        &self,
+        c: &mut Client,
+        entry: &Entry,
+        name: &str,
+        args: Value,
+        traceparent: Option<&str>,
+    ) -> CallToolResult {
         let request = pb::ProposeCallRequest {
             namespace: self.args.namespace.clone(),
             tool: entry.object.clone(),
@@ -202,13 +239,9 @@ impl Gateway {
             dry_run: false,
             session_id: String::new(),
         };
-        let proposed = {
-            let mut c = self.client.lock().await;
-            c.propose(request).await
-        };
-        match proposed {
+        match c.propose_traced(request, traceparent).await {
             Err(s) => refused(&s),
-            Ok(call) => match self.settle(call).await {
+            Ok(call) => match self.settle(c, call).await {
                 Ok(call) => answer(&call),
                 Err(s) => refused(&s),
             },
@@ -299,17 +332,26 @@ impl ServerHandler for Gateway {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.view().await?))
+        let mut c = self.caller(&context);
+        Ok(ListToolsResult::with_all_items(self.view(&mut c).await?))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let mut c = self.caller(&context);
         let name = request.name.to_string();
+        // The MCP client's trace context (`_meta.traceparent`): the call joins its trace.
+        let traceparent = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get("traceparent"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         if name == GET_CALL {
             let Some(id) = args["id"].as_str() else {
@@ -318,18 +360,21 @@ impl ServerHandler for Gateway {
                 )])
                 .into());
             };
-            return Ok(match self.get(id).await {
+            return Ok(match self.get(&mut c, id).await {
                 Ok(call) => answer(&call),
                 Err(s) => refused(&s),
             }
             .into());
         }
-        let Some(entry) = self.entry(&name).await? else {
+        let Some(entry) = self.entry(&mut c, &name).await? else {
             return Ok(CallToolResult::error(vec![text(format!(
                 "{name} is not in your tool view for this task; list the tools again"
             ))])
             .into());
         };
-        Ok(self.propose(&entry, &name, args).await.into())
+        Ok(self
+            .propose(&mut c, &entry, &name, args, traceparent.as_deref())
+            .await
+            .into())
     }
 }

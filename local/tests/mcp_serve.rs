@@ -61,11 +61,81 @@ async fn the_typescript_sdk_lists_calls_and_waits_for_an_approval_through_toolga
     drive(client).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_does_the_same_over_streamable_http() {
+    let Some(python) = python() else { return };
+    let mut client = Command::new(python);
+    client.arg(script("mcp_client.py"));
+    drive_over(client, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_does_the_same_over_streamable_http() {
+    let Some(sdk) = node_sdk() else { return };
+    let mut client = Command::new("node");
+    client
+        .arg(script("mcp_client.cjs"))
+        .env("TOOLGATE_MCP_NODE", sdk);
+    drive_over(client, true).await;
+}
+
+/// `toolgate mcp serve --listen` in front of `server`: the process and its URL.
+struct HttpGateway {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for HttpGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_gateway(server: &Server) -> HttpGateway {
+    let mut child = Command::new(toolgate_binary())
+        .args(["--server", &format!("http://{}", server.addr)])
+        .args([
+            "mcp",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--intent",
+            "greet the user",
+        ])
+        .args(["--wait-seconds", "20"])
+        .env_remove("TOOLGATE_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("toolgate mcp serve --listen");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let url = line
+        .split("streamable HTTP on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .trim()
+        .to_string();
+    HttpGateway { child, url }
+}
+
 /// One client's session: the steps of both scripts, checked the same way.
-async fn drive(mut client: Command) {
+async fn drive(client: Command) {
+    drive_over(client, false).await;
+}
+
+/// The session over stdio, or over streamable HTTP through `toolgate mcp serve --listen`.
+async fn drive_over(mut client: Command, http: bool) {
     let dir = setup();
     let server = Server::start(dir.path());
     let mut grpc = server.client().await;
+    let gateway = http.then(|| http_gateway(&server));
+    if let Some(g) = &gateway {
+        client.env("MCP_URL", &g.url);
+    }
     let mut client = client
         .arg(toolgate_binary())
         .arg(format!("http://{}", server.addr))
@@ -185,4 +255,65 @@ async fn drive(mut client: Command) {
     drop(to_client);
     let status = client.wait().expect("client");
     assert!(status.success(), "the MCP client failed: {status}");
+}
+
+/// One raw HTTP/1.1 request to the gateway (`Connection: close`): its status line and body.
+fn raw_post(url: &str, authorization: Option<&str>) -> (String, String) {
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest.split_once('/').expect("path");
+    let mut s = std::net::TcpStream::connect(host).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut s, &mut text).expect("response");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        format!("{head}\n{body}"),
+    )
+}
+
+/// Streamable HTTP takes only known bearer tokens (401 with `WWW-Authenticate` otherwise) and
+/// listens on loopback only.
+#[tokio::test(flavor = "multi_thread")]
+async fn streamable_http_refuses_requests_without_a_known_token() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let gateway = http_gateway(&server);
+    for auth in [
+        None,
+        Some("Basic Zm9vOmJhcg=="),
+        Some("Bearer not-a-known-token"),
+    ] {
+        let (status, all) = raw_post(&gateway.url, auth);
+        assert!(status.contains(" 401 "), "{auth:?}: {all}");
+        assert!(
+            all.contains("WWW-Authenticate: Bearer") || all.contains("www-authenticate: Bearer"),
+            "{all}"
+        );
+    }
+    let (status, all) = raw_post(&gateway.url, Some(&format!("Bearer {AGENT}")));
+    assert!(
+        !status.contains(" 401 "),
+        "a known token was refused: {all}"
+    );
+
+    let out = Command::new(toolgate_binary())
+        .args(["--server", &format!("http://{}", server.addr)])
+        .args(["mcp", "serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a loopback address"), "{err}");
 }

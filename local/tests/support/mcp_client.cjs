@@ -1,6 +1,6 @@
 // A real MCP client (the official TypeScript SDK, @modelcontextprotocol/sdk) driving
-// `toolgate mcp serve` over stdio, for local/tests/mcp_serve.rs: the same steps and JSON lines
-// as mcp_client.py. It waits for a line on stdin after the call that needs a human.
+// `toolgate mcp serve` over stdio — or, with MCP_URL set, over streamable HTTP with the token as
+// its bearer — for local/tests/mcp_serve.rs: the same steps and JSON lines as mcp_client.py. It waits for a line on stdin after the call that needs a human.
 //
 // usage: node mcp_client.cjs TOOLGATE_BINARY SERVER_URL
 //   (token in TOOLGATE_TOKEN, the SDK's folder in TOOLGATE_MCP_NODE)
@@ -9,17 +9,22 @@ const readline = require("readline");
 const sdk = require("module").createRequire(path.join(process.env.TOOLGATE_MCP_NODE, "node_modules", "/"));
 const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
 const { StdioClientTransport } = sdk("@modelcontextprotocol/sdk/client/stdio.js");
+const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/streamableHttp.js");
 
 const say = (event, fields) => console.log(JSON.stringify({ event, ...fields }));
 const texts = (r) => (r.content || []).filter((c) => c.type === "text").map((c) => c.text);
 const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
 async function main() {
-  const transport = new StdioClientTransport({
-    command: process.argv[2],
-    args: ["mcp", "serve", "--server", process.argv[3], "--intent", "greet the user", "--wait-seconds", "20"],
-    env: { TOOLGATE_TOKEN: process.env.TOOLGATE_TOKEN, PATH: process.env.PATH || "" },
-  });
+  const transport = process.env.MCP_URL
+    ? new StreamableHTTPClientTransport(new URL(process.env.MCP_URL), {
+        requestInit: { headers: { Authorization: `Bearer ${process.env.TOOLGATE_TOKEN}` } },
+      })
+    : new StdioClientTransport({
+        command: process.argv[2],
+        args: ["mcp", "serve", "--server", process.argv[3], "--intent", "greet the user", "--wait-seconds", "20"],
+        env: { TOOLGATE_TOKEN: process.env.TOOLGATE_TOKEN, PATH: process.env.PATH || "" },
+      });
   const client = new Client({ name: "toolgate-tests-ts", version: "0.0.0" });
   await client.connect(transport);
   const listed = await client.listTools();

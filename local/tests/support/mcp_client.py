@@ -1,4 +1,5 @@
-"""A real MCP client (the official Python SDK) driving `toolgate mcp serve` over stdio, for
+"""A real MCP client (the official Python SDK) driving `toolgate mcp serve` over stdio — or,
+with MCP_URL set, over streamable HTTP with the token as its bearer — for
 local/tests/mcp_serve.rs. One JSON line per step on stdout; it waits for a line on stdin after
 the call that needs a human, while the test approves it over gRPC.
 
@@ -11,6 +12,8 @@ import sys
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 def say(event, **fields):
@@ -30,13 +33,22 @@ def structured(result):
     return value if value is not None else getattr(result, "structuredContent", None)
 
 
-async def main():
+def transport():
+    url = os.environ.get("MCP_URL")
+    if url:
+        headers = {"Authorization": f"Bearer {os.environ['TOOLGATE_TOKEN']}"}
+        return streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
     params = StdioServerParameters(
         command=sys.argv[1],
         args=["mcp", "serve", "--server", sys.argv[2], "--intent", "greet the user", "--wait-seconds", "20"],
         env={"TOOLGATE_TOKEN": os.environ["TOOLGATE_TOKEN"], "PATH": os.environ.get("PATH", "")},
     )
-    async with stdio_client(params) as (read, write):
+    return stdio_client(params)
+
+
+async def main():
+    async with transport() as streams:
+        read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
             await session.initialize()
             listed = await session.list_tools()
