@@ -11,8 +11,9 @@
 #   - Jaeger v1.76.0 (an OpenTelemetry Collector distribution) built from its Go module
 #     (tests/jaeger/build.sh; cached under ~/.cache/toolgate/jaeger/<version>), the collector the
 #     tracing suites send spans to;
-#   - the MCP servers the MCP suites govern (PyPI mcp-server-time, in a virtualenv cached under
-#     ~/.cache/toolgate/mcp-servers) and the TypeScript MCP SDK (npm, ~/.cache/toolgate/mcp-node);
+#   - the MCP servers the MCP suites govern (PyPI mcp-server-time and mcp-server-git, in a
+#     virtualenv cached under ~/.cache/toolgate/mcp-servers; npm server-everything and
+#     server-filesystem) and the TypeScript MCP SDK (npm, ~/.cache/toolgate/mcp-node);
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
 #     after the cargo tests on a full run.
 # Arguments are passed to `cargo test`.
@@ -55,8 +56,8 @@ export TOOLGATE_HELM="$HELM"
 # Real MCP servers for the MCP suites, in a virtualenv of the system's Python (its interpreter is
 # under /usr, which every sandbox sees; the suites name the virtualenv as a read root).
 MCP_SERVERS="$CACHE/mcp-servers"
-if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ]; then
-  log "installing the MCP test servers (mcp-server-time) into $MCP_SERVERS (once)"
+if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ] || [ ! -x "$MCP_SERVERS/bin/mcp-server-git" ]; then
+  log "installing the MCP test servers (mcp-server-time, mcp-server-git) into $MCP_SERVERS (once)"
   if ! /usr/bin/python3 -m venv "$MCP_SERVERS" >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
@@ -65,13 +66,19 @@ if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ]; then
       log "/usr/bin/python3 cannot make a virtualenv: install Debian's python3-venv"; exit 1
     fi
   fi
-  "$MCP_SERVERS/bin/python" -m pip install --quiet --disable-pip-version-check 'mcp-server-time==2026.10.*'
+  "$MCP_SERVERS/bin/python" -m pip install --quiet --disable-pip-version-check \
+    'mcp-server-time==2026.10.*' 'mcp-server-git==2026.10.*'
 fi
 export TOOLGATE_MCP_SERVERS="$MCP_SERVERS"
 
-# The official TypeScript MCP SDK, a client of `toolgate mcp serve` in its suite (npm, cached).
+# The official TypeScript MCP SDK, a client of `toolgate mcp serve` in its suite, and the npm
+# reference servers the MCP suites govern (server-everything, also over streamable HTTP, and
+# server-filesystem) (npm, cached).
 MCP_NODE="$CACHE/mcp-node"
-if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+NODE_PACKAGES="@modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31"
+if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ] \
+   || [ ! -x "$MCP_NODE/node_modules/.bin/mcp-server-everything" ] \
+   || [ ! -x "$MCP_NODE/node_modules/.bin/mcp-server-filesystem" ]; then
   if ! command -v npm >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       log "installing nodejs and npm (apt)"
@@ -80,10 +87,11 @@ if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ]; the
       log "npm is missing: install Node.js and npm"; exit 1
     fi
   fi
-  log "installing @modelcontextprotocol/sdk into $MCP_NODE (once)"
+  log "installing $NODE_PACKAGES into $MCP_NODE (once)"
   mkdir -p "$MCP_NODE"
+  # shellcheck disable=SC2086
   (cd "$MCP_NODE" && { [ -f package.json ] || npm init -y >/dev/null; } \
-     && npm install --silent --no-audit --no-fund @modelcontextprotocol/sdk@1.32.2 >/dev/null)
+     && npm install --silent --no-audit --no-fund $NODE_PACKAGES >/dev/null)
 fi
 export TOOLGATE_MCP_NODE="$MCP_NODE"
 

@@ -171,8 +171,14 @@ enum McpCommand {
         server_version: Option<String>,
         /// The saved tools/list answer.
         file: PathBuf,
+        /// The server's streamable HTTP endpoint, for an HTTP server (instead of a command).
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// The CredentialBinding sent as an HTTP server's bearer token.
+        #[arg(long, requires = "url")]
+        credential_binding: Option<String>,
         /// The command that starts the server (stdio), run inside each call's sandbox.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
     },
     /// Serve the caller's governed tools to an MCP client over stdio (the client starts
@@ -298,6 +304,8 @@ fn main() -> ExitCode {
             sandbox_policy,
             server_version,
             file,
+            url,
+            credential_binding,
             command,
         }) => mcp_cmd::normalize(
             &toolgate_core::mcp::ServerConfig {
@@ -305,6 +313,8 @@ fn main() -> ExitCode {
                 trust: trust.into(),
                 namespace: &namespace,
                 command: &command,
+                url: url.as_deref(),
+                credential_binding: credential_binding.as_deref(),
                 sandbox_policy: &sandbox_policy,
                 version: server_version.as_deref(),
             },

@@ -47,6 +47,12 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
             return Ok(ExitCode::from(crate::exit::EXIT_BAD_MANIFESTS));
         }
     };
+    // The version the server announced, when the saved answer carries it and none was given.
+    let saved = toolgate_core::mcp::saved_server_version(&text);
+    let server = &ServerConfig {
+        version: server.version.or(saved.as_deref()),
+        ..*server
+    };
     let (normalized, refused) = normalize_tools(server, &tools);
     out!(
         "{}",

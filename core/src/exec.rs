@@ -280,6 +280,19 @@ pub struct ExecInput<'a> {
     pub traceparent: Option<String>,
 }
 
+/// Whether the executor itself makes every network request of the tool (the `http` adapter, an
+/// MCP server over streamable HTTP): then it checks each request against the allowed domains,
+/// and no process of the tool's gets the network.
+pub fn executor_is_the_only_client(execution: &toolgate_crds::Execution) -> bool {
+    match execution.adapter {
+        toolgate_crds::ExecutionAdapter::Http => true,
+        toolgate_crds::ExecutionAdapter::Mcp => {
+            execution.mcp.as_ref().is_some_and(|m| m.url.is_some())
+        }
+        _ => false,
+    }
+}
+
 /// The variable a tool's process finds its call's trace context in.
 pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
 

@@ -65,8 +65,8 @@ use crate::common::{
         "fieldPath": ".execution.http"
     },
     {
-        "rule": "self.execution.adapter != 'mcp' || (has(self.execution.mcp) && has(self.execution.argv) && size(self.execution.argv) > 0)",
-        "message": "an mcp tool names its server's command (execution.argv) and its tool there (execution.mcp.tool)",
+        "rule": "self.execution.adapter != 'mcp' || (has(self.execution.mcp) && ((has(self.execution.argv) && size(self.execution.argv) > 0) != has(self.execution.mcp.url)))",
+        "message": "an mcp tool names its tool there (execution.mcp.tool) and its server: a command started on stdio (execution.argv) or a streamable HTTP endpoint (execution.mcp.url), one of them",
         "fieldPath": ".execution.mcp"
     }
 ]))]
@@ -499,6 +499,14 @@ pub struct McpExecution {
     /// The tool's name on its server (`get_current_time`), as `tools/list` gave it.
     #[schemars(length(min = 1, max = 256))]
     pub tool: String,
+    /// The server's streamable HTTP endpoint; absent: the server is `execution.argv`, started
+    /// on stdio inside the call's sandbox. The call's credential (if any) is its bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 8, max = 2048),
+        regex(pattern = r"^https?://[^\s/]+(/\S*)?$")
+    )]
+    pub url: Option<String>,
 }
 
 /// The adapter that runs a tool.

@@ -46,16 +46,35 @@ use crate::descriptor::{Lifecycle, TrustLevel};
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "size(self.command) > 0",
-        "message": "an McpServer names the command that starts it (spec.command, stdio)",
+        "rule": "(has(self.command) && size(self.command) > 0) != has(self.url)",
+        "message": "an McpServer is either a command toolgate starts on stdio (spec.command) or a streamable HTTP endpoint (spec.url), not both and not neither",
         "fieldPath": ".command"
+    },
+    {
+        "rule": "!has(self.credentialBindingRef) || has(self.url)",
+        "message": "spec.credentialBindingRef is the auth header of an HTTP server (spec.url); a stdio server gets no credential",
+        "fieldPath": ".credentialBindingRef"
     }
 ]))]
 pub struct McpServerSpec {
     /// The command that starts the server on stdio (no shell), run inside the sandbox of
-    /// `sandboxPolicyRef` for discovery and for every call of its tools.
+    /// `sandboxPolicyRef` for discovery and for every call of its tools. Either this or `url`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 4096)))]
     pub command: Vec<String>,
+    /// The server's streamable HTTP endpoint (`https://mcp.example.com/mcp`), reached under the
+    /// egress rules of `sandboxPolicyRef` (its host must be in `network.allowDomains`). Either
+    /// this or `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 8, max = 2048),
+        regex(pattern = r"^https?://[^\s/]+(/\S*)?$")
+    )]
+    pub url: Option<String>,
+    /// The CredentialBinding whose value is sent as `Authorization: Bearer <value>` to an HTTP
+    /// server, brokered for each call (and for discovery) and never shown to a model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_binding_ref: Option<LocalObjectRef>,
     /// How far its annotations are believed: `first_party` and `workspace` set effects and risk;
     /// from `third_party` only a hint that raises risk counts; `untrusted` tools are blocked.
     pub trust_level: TrustLevel,

@@ -88,6 +88,66 @@ impl reqwest::dns::Resolve for PublicOnly {
     }
 }
 
+/// A client that may reach `url` under the sandbox's egress rules, or why not: its host among
+/// the allowed domains, no private address when they are denied (literal, or by name through
+/// [`PublicOnly`]), redirects only inside the allowed domains, the tool's timeout. Every HTTP
+/// request of a tool (the `http` adapter, an MCP server over streamable HTTP) goes through one.
+pub(crate) fn egress_client(
+    spec: &ExecSpec,
+    url: &reqwest::Url,
+) -> Result<reqwest::Client, ExecError> {
+    egress_client_with(
+        url,
+        &spec.allowed_domains,
+        spec.deny_private_networks,
+        Duration::from_millis(spec.limits.timeout_ms),
+    )
+    .map_err(ExecError::Unrunnable)
+}
+
+/// [`egress_client`] for these rules (what the embedded runtime discovers an HTTP MCP server
+/// with): the reason in words when `url` may not be reached.
+pub fn egress_client_with(
+    url: &reqwest::Url,
+    allowed_domains: &[String],
+    deny_private_networks: bool,
+    timeout: Duration,
+) -> Result<reqwest::Client, String> {
+    let host = url.host_str().unwrap_or_default().to_string();
+    if !host_allowed(&host, allowed_domains) {
+        return Err(format!(
+            "{host} is not among the sandbox's allowed domains ({})",
+            allowed_domains.join(", ")
+        ));
+    }
+    if deny_private_networks
+        && let Some(ip) = literal_ip(url)
+        && is_private(ip)
+    {
+        return Err(format!(
+            "{ip} is a private, loopback or link-local address and the sandbox denies private networks"
+        ));
+    }
+    let allowed = allowed_domains.to_vec();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let ok = attempt.previous().len() < 5
+            && attempt
+                .url()
+                .host_str()
+                .is_some_and(|h| host_allowed(h, &allowed));
+        if ok { attempt.follow() } else { attempt.stop() }
+    });
+    let mut builder = reqwest::Client::builder();
+    if deny_private_networks {
+        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
+    }
+    builder
+        .redirect(policy)
+        .timeout(timeout)
+        .build()
+        .map_err(|e| format!("http client: {e}"))
+}
+
 pub(crate) async fn run_http(
     spec: &ExecSpec,
     credentials: &[Credential],
@@ -105,39 +165,7 @@ pub(crate) async fn run_http(
             "execution.http.urlTemplate renders to an invalid URL: {e}"
         ))
     })?;
-    let host = url.host_str().unwrap_or_default().to_string();
-    if !host_allowed(&host, &spec.allowed_domains) {
-        return Err(ExecError::Unrunnable(format!(
-            "{host} is not among the sandbox's allowed domains ({})",
-            spec.allowed_domains.join(", ")
-        )));
-    }
-    if spec.deny_private_networks
-        && let Some(ip) = literal_ip(&url)
-        && is_private(ip)
-    {
-        return Err(ExecError::Unrunnable(format!(
-            "{ip} is a private, loopback or link-local address and the sandbox denies private networks"
-        )));
-    }
-    let allowed = spec.allowed_domains.clone();
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        let ok = attempt.previous().len() < 5
-            && attempt
-                .url()
-                .host_str()
-                .is_some_and(|h| host_allowed(h, &allowed));
-        if ok { attempt.follow() } else { attempt.stop() }
-    });
-    let mut builder = reqwest::Client::builder();
-    if spec.deny_private_networks {
-        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
-    }
-    let client = builder
-        .redirect(policy)
-        .timeout(Duration::from_millis(spec.limits.timeout_ms))
-        .build()
-        .map_err(|e| ExecError::Unrunnable(format!("http client: {e}")))?;
+    let client = egress_client(spec, &url)?;
     let method = match http.method {
         HttpMethod::Get => reqwest::Method::GET,
         HttpMethod::Post => reqwest::Method::POST,

@@ -10,8 +10,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+};
 use toolgate_artifacts::ArtifactStore;
 use toolgate_core::exec::ExecSpec;
 use toolgate_core::redact::Redactor;
@@ -31,7 +34,8 @@ enum NoAnswer {
     Protocol(String),
 }
 
-/// Run one `tools/call` on the tool's stdio server.
+/// Run one `tools/call` on the tool's server: started on stdio inside the sandbox, or reached
+/// over streamable HTTP under the sandbox's egress rules with the call's credential as bearer.
 pub(crate) async fn run_mcp(
     spec: &ExecSpec,
     credentials: &[Credential],
@@ -39,18 +43,48 @@ pub(crate) async fn run_mcp(
     store: &ArtifactStore,
     redactor: &Redactor,
 ) -> Result<CallResult, ExecError> {
-    let Some(tool) = spec.execution.mcp.as_ref().map(|m| m.tool.clone()) else {
+    let Some(mcp) = spec.execution.mcp.as_ref() else {
         return Err(ExecError::Unrunnable(
             "execution.mcp.tool is missing: an mcp tool names its tool on the server".into(),
         ));
     };
+    let tool = mcp.tool.clone();
+    let timeout = Duration::from_millis(spec.limits.timeout_ms);
+    let request = Request {
+        tool: tool.clone(),
+        arguments: spec.args.as_object().cloned(),
+        // The call's trace context, where MCP carries it (`_meta.traceparent`).
+        traceparent: spec
+            .env
+            .set
+            .get(toolgate_core::exec::TRACEPARENT_ENV)
+            .cloned(),
+    };
+    if let Some(url) = &mcp.url {
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            ExecError::Unrunnable(format!("execution.mcp.url {url:?} is not a URL: {e}"))
+        })?;
+        let client = crate::http::egress_client(spec, &parsed)?;
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        if let Some(c) = credentials.first() {
+            config = config.auth_header(c.value.trim());
+        }
+        let transport = StreamableHttpClientTransport::with_client(client, config);
+        let out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
+        let started = Instant::now();
+        let answer = match tokio::time::timeout(timeout, exchange(transport, &request)).await {
+            Ok(a) => a,
+            Err(_) => Err(NoAnswer::TimedOut),
+        };
+        return conclude(spec, answer, out, None, started).await;
+    }
     let Some((program, rest)) = spec.execution.argv.split_first() else {
         return Err(ExecError::Unrunnable(
-            "execution.argv is empty: an mcp tool names the command of its server".into(),
+            "execution.argv is empty: an mcp tool names the command of its server (or execution.mcp.url)".into(),
         ));
     };
     let cmd = tool_process(spec, credentials, credentials_dir, program, rest)?;
-    let mut out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
+    let out = open_output(spec, store, redactor, "stdout", "text/plain; charset=utf-8").await?;
     let mut err = open_stderr(spec, store, redactor).await?;
     let started = Instant::now();
     let (transport, stderr) = match TokioChildProcess::builder(cmd)
@@ -72,37 +106,8 @@ pub(crate) async fn run_mcp(
         }
     };
     let pid = transport.id();
-    let timeout = Duration::from_millis(spec.limits.timeout_ms);
-    let arguments = spec.args.as_object().cloned();
-    // The call's trace context, where MCP carries it (`_meta.traceparent`).
-    let traceparent = spec
-        .env
-        .set
-        .get(toolgate_core::exec::TRACEPARENT_ENV)
-        .cloned();
-    let exchange = async {
-        let client = ()
-            .serve(transport)
-            .await
-            .map_err(|e| NoAnswer::Protocol(format!("the MCP server did not initialize: {e}")))?;
-        let mut params = CallToolRequestParams::new(tool.clone());
-        if let Some(arguments) = arguments {
-            params = params.with_arguments(arguments);
-        }
-        if let Some(tp) = traceparent {
-            let mut meta = rmcp::model::MetaObject::default();
-            meta.0.insert("traceparent".into(), tp.into());
-            params.meta = Some(rmcp::model::RequestMetaObject(meta));
-        }
-        let answer = client
-            .call_tool(params)
-            .await
-            .map_err(|e| NoAnswer::Protocol(format!("tools/call {tool}: {e}")));
-        let _ = client.cancel().await;
-        answer
-    };
     let call = async {
-        let answer = match tokio::time::timeout(timeout, exchange).await {
+        let answer = match tokio::time::timeout(timeout, exchange(transport, &request)).await {
             Ok(a) => a,
             Err(_) => Err(NoAnswer::TimedOut),
         };
@@ -122,17 +127,74 @@ pub(crate) async fn run_mcp(
     };
     let (answer, r_err) = tokio::join!(call, read_err);
     r_err?;
+    conclude(spec, answer, out, Some(err), started).await
+}
+
+/// The one `tools/call` of a call.
+struct Request {
+    tool: String,
+    arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    traceparent: Option<String>,
+}
+
+/// `initialize`, then the `tools/call`, over either transport.
+async fn exchange<T, E, A>(transport: T, request: &Request) -> Result<CallToolResult, NoAnswer>
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let tool = &request.tool;
+    let client = ()
+        .serve(transport)
+        .await
+        .map_err(|e| NoAnswer::Protocol(format!("the MCP server did not initialize: {e}")))?;
+    let mut params = CallToolRequestParams::new(tool.clone());
+    if let Some(arguments) = request.arguments.clone() {
+        params = params.with_arguments(arguments);
+    }
+    if let Some(tp) = &request.traceparent {
+        let mut meta = rmcp::model::MetaObject::default();
+        meta.0.insert("traceparent".into(), tp.clone().into());
+        params.meta = Some(rmcp::model::RequestMetaObject(meta));
+    }
+    let answer = client
+        .call_tool(params)
+        .await
+        .map_err(|e| NoAnswer::Protocol(format!("tools/call {tool}: {e}")));
+    let _ = client.cancel().await;
+    answer
+}
+
+/// The server's standard error artifact, when it ran as a process.
+async fn finish_stderr(
+    err: Option<crate::sink::Sink<'_>>,
+) -> Result<Option<crate::sink::SinkOutcome>, crate::sink::SinkError> {
+    match err {
+        Some(e) => e
+            .finish(Some("the MCP server's standard error".into()))
+            .await
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The call's result from the server's answer (or its absence).
+async fn conclude(
+    spec: &ExecSpec,
+    answer: Result<CallToolResult, NoAnswer>,
+    mut out: crate::sink::Sink<'_>,
+    err: Option<crate::sink::Sink<'_>>,
+    started: Instant,
+) -> Result<CallResult, ExecError> {
     let answer = match answer {
         Ok(a) => a,
         Err(NoAnswer::TimedOut) => {
             let o = out.finish(Some("MCP tool output".into())).await?;
-            let e = err
-                .finish(Some("the MCP server's standard error".into()))
-                .await?;
+            let e = finish_stderr(err).await?;
             return Ok(assemble(
                 spec,
                 o,
-                Some(e),
+                e,
                 Ended {
                     code: None,
                     signal: None,
@@ -144,15 +206,15 @@ pub(crate) async fn run_mcp(
         }
         Err(NoAnswer::Protocol(message)) => {
             let o = out.finish(None).await?;
-            let e = err
-                .finish(Some("the MCP server's standard error".into()))
-                .await?;
+            let e = finish_stderr(err).await?;
+            let mut artifacts = vec![o.artifact];
+            artifacts.extend(e.map(|e| e.artifact));
             return Ok(failure(
                 ResultStatus::Error,
                 "mcp-protocol",
                 &message,
                 true,
-                vec![o.artifact, e.artifact],
+                artifacts,
                 started,
             ));
         }
@@ -173,10 +235,10 @@ pub(crate) async fn run_mcp(
         }
     }
     let o = out.finish(Some("MCP tool output".into())).await?;
-    let e = err
-        .finish(Some("the MCP server's standard error".into()))
-        .await?;
+    let e = finish_stderr(err).await?;
     if answer.is_error == Some(true) {
+        let mut artifacts = vec![o.artifact];
+        artifacts.extend(e.map(|e| e.artifact));
         return Ok(failure(
             ResultStatus::Error,
             "mcp-tool-error",
@@ -185,7 +247,7 @@ pub(crate) async fn run_mcp(
                 first_text.as_deref().unwrap_or("(no message)")
             ),
             false,
-            vec![o.artifact, e.artifact],
+            artifacts,
             started,
         ));
     }
@@ -193,12 +255,5 @@ pub(crate) async fn run_mcp(
         .structured_content
         .as_ref()
         .and_then(|v| serde_json::to_vec(v).ok());
-    Ok(assemble(
-        spec,
-        o,
-        Some(e),
-        Ended::code(0),
-        structured,
-        started,
-    ))
+    Ok(assemble(spec, o, e, Ended::code(0), structured, started))
 }

@@ -1,6 +1,7 @@
-//! Discovery of the manifests' McpServers: each server started on stdio inside the sandbox of
-//! its SandboxPolicy (bubblewrap, as a call's executor), `initialize` and `tools/list` (every
-//! page, rmcp), then stopped. At start and every `rediscoverSeconds`: when a server's tools
+//! Discovery of the manifests' McpServers: each stdio server started inside the sandbox of its
+//! SandboxPolicy (bubblewrap, as a call's executor), an HTTP server reached under that policy's
+//! egress rules with its brokered credential; `initialize` and `tools/list` (every page, rmcp),
+//! then stopped (the credential's lease revoked). At start and every `rediscoverSeconds`: when a server's tools
 //! changed, the manifests are loaded again with the new descriptors, a changed tool is
 //! `discovered` again until its new digest is enabled, and calls waiting for approval are looked
 //! at again (a tool changed under them ends them, `ToolChanged`).
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use toolgate_core::manifest::Spec;
-use toolgate_crds::{McpServerSpec, SandboxPolicySpec};
+use toolgate_crds::{CredentialBindingSpec, McpServerSpec, SandboxPolicySpec};
 use toolgate_sandbox::plan::Context;
 
 use crate::manifests::{Loaded, ServerTools};
@@ -42,13 +43,119 @@ fn servers(loaded: &Loaded) -> Vec<(String, String, McpServerSpec, Option<Sandbo
         .collect()
 }
 
-/// List a server's tools, the server sandboxed by `policy`.
+/// The CredentialBinding an HTTP server's bearer comes from, if it names one that exists.
+fn binding_of(
+    loaded: &Loaded,
+    namespace: &str,
+    spec: &McpServerSpec,
+) -> Result<Option<(String, CredentialBindingSpec)>, String> {
+    let Some(r) = &spec.credential_binding_ref else {
+        return Ok(None);
+    };
+    match loaded
+        .policies
+        .objects
+        .find("CredentialBinding", namespace, &r.name)
+        .map(|o| &o.spec)
+    {
+        Some(Spec::CredentialBinding(b)) => Ok(Some((r.name.clone(), (**b).clone()))),
+        _ => Err(format!("its CredentialBinding {} does not exist", r.name)),
+    }
+}
+
+/// List an HTTP server's tools from here, under `policy`'s egress rules, with the binding's
+/// credential as bearer (its lease revoked once listed).
+async fn list_tools_http(
+    config: &Config,
+    namespace: &str,
+    url: &str,
+    spec: &McpServerSpec,
+    policy: &SandboxPolicySpec,
+    binding: Option<(String, CredentialBindingSpec)>,
+) -> Result<ServerTools, String> {
+    use rmcp::transport::streamable_http_client::{
+        StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+    };
+    let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("spec.url {url:?}: {e}"))?;
+    if policy.network.egress == toolgate_crds::EgressMode::None {
+        return Err(format!(
+            "its SandboxPolicy {} allows no egress, so {url} cannot be reached",
+            spec.sandbox_policy_ref.name
+        ));
+    }
+    let client = toolgate_executor::http::egress_client_with(
+        &parsed,
+        &policy.network.allow_domains,
+        policy.network.deny_private_networks,
+        deadline,
+    )?;
+    let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
+    let mut lease = None;
+    if let Some((name, b)) = &binding {
+        let issued = config
+            .broker
+            .issue(toolgate_broker::Request {
+                namespace,
+                name,
+                binding: b,
+                deadline_seconds: Some(deadline.as_secs()),
+            })
+            .await
+            .map_err(|e| format!("its credential (CredentialBinding {name}): {e}"))?;
+        transport_config = transport_config.auth_header(issued.value.expose().trim());
+        lease = issued.lease;
+    }
+    let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+    let result = match tokio::time::timeout(deadline, list_over(transport)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "no answer to initialize and tools/list within {} s",
+            deadline.as_secs()
+        )),
+    };
+    if let Some(lease) = lease
+        && let Err(e) = config.broker.revoke(&lease).await
+    {
+        tracing::warn!(binding = %lease.binding, error = %e, "revoking the lease of an MCP discovery");
+    }
+    result
+}
+
+/// `initialize`, every page of `tools/list`, and the server's version, over either transport.
+async fn list_over<T, E, A>(transport: T) -> Result<ServerTools, String>
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let client = ().serve(transport).await.map_err(|e| format!("it did not initialize: {e}"))?;
+    let version = client
+        .peer_info()
+        .and_then(|i| i.server_info.as_ref().map(|s| s.version.clone()));
+    let tools = client
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list: {e}"));
+    let _ = client.cancel().await;
+    let tools = tools?
+        .into_iter()
+        .map(|t| serde_json::to_value(t).map_err(|e| format!("a tool: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ServerTools { tools, version })
+}
+
+/// List a server's tools: a stdio server sandboxed by `policy`, an HTTP one under its egress.
 pub(crate) async fn list_tools(
     config: &Config,
     label: &str,
+    namespace: &str,
     spec: &McpServerSpec,
     policy: &SandboxPolicySpec,
+    binding: Option<(String, CredentialBindingSpec)>,
 ) -> Result<ServerTools, String> {
+    if let Some(url) = &spec.url {
+        return list_tools_http(config, namespace, url, spec, policy, binding).await;
+    }
     let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
     let env: Vec<(String, String)> = std::env::vars().collect();
     let plan = toolgate_sandbox::resolve(
@@ -77,20 +184,7 @@ pub(crate) async fn list_tools(
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting {program:?}: {e}"))?;
-        let client = ().serve(transport).await.map_err(|e| format!("it did not initialize: {e}"))?;
-        let version = client
-            .peer_info()
-            .and_then(|i| i.server_info.as_ref().map(|s| s.version.clone()));
-        let tools = client
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list: {e}"));
-        let _ = client.cancel().await;
-        let tools = tools?
-            .into_iter()
-            .map(|t| serde_json::to_value(t).map_err(|e| format!("a tool: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ServerTools { tools, version })
+        list_over(transport).await
     };
     let result = match tokio::time::timeout(deadline, listed).await {
         Ok(r) => r,
@@ -125,20 +219,28 @@ impl Runtime {
                 tracing::error!(server = %format!("{ns}/{name}"), "McpServer: its SandboxPolicy {} does not exist", spec.sandbox_policy_ref.name);
                 continue;
             };
-            match list_tools(
-                &self.inner.config,
-                &format!("mcp-{ns}-{name}"),
-                &spec,
-                &policy,
-            )
-            .await
-            {
+            let listed = match binding_of(&loaded, &ns, &spec) {
+                Ok(binding) => {
+                    list_tools(
+                        &self.inner.config,
+                        &format!("mcp-{ns}-{name}"),
+                        &ns,
+                        &spec,
+                        &policy,
+                        binding,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            match listed {
                 Err(e) => {
                     // The tools it had stay as they were: a server that is down hides nothing
                     // new and enables nothing new.
                     tracing::error!(server = %format!("{ns}/{name}"), error = %e, "McpServer discovery failed");
                 }
                 Ok(found) => {
+                    tracing::debug!(server = %format!("{ns}/{name}"), tools = %serde_json::Value::Array(found.tools.clone()), version = ?found.version, "McpServer listed");
                     let mut known = crate::runtime::lock(&self.inner.discovered);
                     let before = known.get(&key).cloned();
                     if before.as_ref() != Some(&found) {

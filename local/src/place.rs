@@ -41,8 +41,9 @@ pub(crate) fn sandbox_plan(
             env: &env,
             private: std::slice::from_ref(&config.data),
             timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
-            executor_is_the_only_client: target.tool.spec.execution.adapter
-                == toolgate_crds::ExecutionAdapter::Http,
+            executor_is_the_only_client: toolgate_core::exec::executor_is_the_only_client(
+                &target.tool.spec.execution,
+            ),
         },
     )?;
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))

@@ -668,3 +668,242 @@ async fn bad_mcp_servers_get_a_clear_error_and_break_nothing_else() {
         );
     }
 }
+
+/// The npm packages of the MCP suites (`@modelcontextprotocol/server-everything`,
+/// `server-filesystem`), from `TOOLGATE_MCP_NODE`; in CI their absence fails the suite.
+fn node_servers() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MCP_NODE") {
+        return Some(PathBuf::from(dir));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no npm MCP servers: CI runs this suite through tests/run.sh, which installs them"
+    );
+    eprintln!("skipping: run tests/run.sh to install the npm MCP servers");
+    None
+}
+
+/// `server-everything` on streamable HTTP on a free loopback port, until dropped.
+struct Everything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn everything_over_http(node: &Path) -> Everything {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let child = Command::new(node.join("node_modules/.bin/mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server-everything starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Everything {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+/// A reviewer's `tools/list` of a server (the Python SDK), saved where normalize reads it.
+fn reviewer_list(venv: &Path, file: &Path, target: &[&str]) {
+    let out = Command::new(venv.join("bin/python"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/list_tools.py"))
+        .args(target)
+        .output()
+        .expect("list_tools.py");
+    assert!(
+        out.status.success(),
+        "list_tools.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(file, &out.stdout).expect("saved list");
+}
+
+/// The digest normalize gives one tool of a saved list.
+fn digest_of(normalized: &str, descriptor: &str) -> String {
+    normalized
+        .split("\n---\n")
+        .find(|doc| doc.contains(&format!("name: {descriptor}\n")))
+        .and_then(|doc| doc.split("description-reviewed: \"").nth(1))
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no digest for {descriptor} in:\n{normalized}"))
+        .to_string()
+}
+
+fn everything_manifests(url: &str, enabled: &str) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: mcp-http, namespace: team-a}}
+spec:
+  mode: read_only
+  filesystem: {{readRoots: [], writeRoots: []}}
+  network: {{egress: allowlist, allowDomains: ["127.0.0.1"], denyPrivateNetworks: false}}
+  environment: {{inheritedEnv: [PATH, LANG]}}
+  process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: everything, namespace: team-a}}
+spec:
+  url: "{url}"
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-http}}
+  credentialBindingRef: {{name: github-issues-bot}}
+  rediscoverSeconds: 1
+  enabled: [{enabled}]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: everything-tools, namespace: team-a}}
+spec:
+  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
+  tools: {{names: [everything.echo, everything.get-structured-content]}}
+  scopes: ["mcp:everything", "github:issues:write"]
+  reason: the reference server's read-only tools, reviewed
+"#
+    )
+}
+
+/// `@modelcontextprotocol/server-everything` over streamable HTTP: discovered by the runtime
+/// under its SandboxPolicy's egress rules (with its brokered credential as bearer), reviewed
+/// from a reviewer's own `tools/list` (`toolgate mcp normalize --url`), enabled by digest and
+/// called through the chain by the executor, which reaches the server itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_over_streamable_http_is_discovered_reviewed_and_called() {
+    let (Some(venv), Some(node)) = (servers(), node_servers()) else {
+        return;
+    };
+    let everything = everything_over_http(&node);
+    let dir = setup();
+    let root = dir.path();
+    let m = root.join("manifests");
+    std::fs::write(
+        m.join("everything.yaml"),
+        everything_manifests(&everything.url, ""),
+    )
+    .expect("manifests");
+    let server = Server::start(root);
+    let mut c = server.client().await;
+    let hidden_until_enabled = c
+        .propose_call(req(
+            AGENT,
+            propose(
+                "everything.echo",
+                serde_json::json!({"message": "x"}),
+                "read",
+            ),
+        ))
+        .await;
+    assert!(
+        match hidden_until_enabled {
+            Err(s) => s.message().contains("discovered") || s.message().contains("not enabled"),
+            Ok(call) => call.into_inner().phase == "Denied",
+        },
+        "a discovered tool is not callable"
+    );
+
+    let list = root.join("everything-tools.json");
+    reviewer_list(&venv, &list, &[&everything.url]);
+    let out = Command::new(toolgate_binary())
+        .args([
+            "mcp",
+            "normalize",
+            "--server",
+            "everything",
+            "--trust",
+            "first-party",
+        ])
+        .args(["--namespace", "team-a", "--sandbox-policy", "mcp-http"])
+        .args([
+            "--url",
+            &everything.url,
+            "--credential-binding",
+            "github-issues-bot",
+        ])
+        .arg(&list)
+        .output()
+        .expect("normalize");
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(yaml.contains(&format!("url: {}", everything.url)), "{yaml}");
+    let enabled = ["echo", "get-structured-content"]
+        .iter()
+        .map(|t| {
+            format!(
+                "{{tool: {t}, digest: \"{}\"}}",
+                digest_of(&yaml, &format!("everything.{t}"))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    std::fs::write(
+        m.join("everything.yaml"),
+        everything_manifests(&everything.url, &enabled),
+    )
+    .expect("enabled");
+    let mut visible = false;
+    for _ in 0..100 {
+        let names = view_names(&mut c).await;
+        if names.iter().any(|n| n == "everything.echo") {
+            visible = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(visible, "the reviewed digests enable the tools");
+
+    let call = submit(
+        &mut c,
+        "everything.echo",
+        serde_json::json!({"message": "hello over streamable http"}),
+        "read",
+    )
+    .await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(done.phase, "Succeeded", "{done:#?}");
+    assert!(
+        done.output_preview.contains("hello over streamable http"),
+        "{}",
+        done.output_preview
+    );
+    let call = submit(
+        &mut c,
+        "everything.get-structured-content",
+        serde_json::json!({"location": "New York"}),
+        "read",
+    )
+    .await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(done.phase, "Succeeded", "{done:#?}");
+    let status: serde_json::Value = serde_json::from_str(&done.status_json).expect("status");
+    assert!(
+        status["result"]["structuredOutput"].is_object(),
+        "structuredContent checked and kept: {status:#}"
+    );
+    // The brokered credential went to the server as its bearer, never to a surface.
+    let surfaces = format!("{done:?}");
+    assert!(!surfaces.contains(CANARY));
+}
