@@ -907,3 +907,341 @@ async fn server_everything_over_streamable_http_is_discovered_reviewed_and_calle
     let surfaces = format!("{done:?}");
     assert!(!surfaces.contains(CANARY));
 }
+
+/// The reference stdio servers, each an McpServer started inside its sandbox: npm
+/// `server-everything` and `server-filesystem` (Node, the workspace as its one allowed folder)
+/// and PyPI `mcp-server-git` (the workspace's repository), discovered, reviewed by digest and
+/// called through the chain.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reference_stdio_servers_are_governed_in_their_sandboxes() {
+    let (Some(venv), Some(node)) = (servers(), node_servers()) else {
+        return;
+    };
+    let dir = setup();
+    let root = dir.path();
+    let ws = root.join("workspace");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "src"],
+        &[
+            "-c",
+            "user.email=ci@example.com",
+            "-c",
+            "user.name=ci",
+            "commit",
+            "-qm",
+            "start",
+        ],
+    ] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .status()
+            .expect("git");
+        assert!(ok.success(), "git {args:?}");
+    }
+    let bin = |p: &str| node.join("node_modules/.bin").join(p).display().to_string();
+    // (server, command inside the sandbox, the same on the host for the reviewer's list, tool,
+    // args, what its answer holds)
+    let git = venv.join("bin/mcp-server-git").display().to_string();
+    let ws_host = ws.display().to_string();
+    let cases: Vec<(
+        &str,
+        Vec<String>,
+        Vec<String>,
+        &str,
+        serde_json::Value,
+        &str,
+    )> = vec![
+        (
+            "everything",
+            vec![bin("mcp-server-everything")],
+            vec![bin("mcp-server-everything")],
+            "get-sum",
+            serde_json::json!({"a": 20, "b": 22}),
+            "42",
+        ),
+        (
+            "filesystem",
+            vec![bin("mcp-server-filesystem"), "/workspace".into()],
+            vec![bin("mcp-server-filesystem"), ws_host.clone()],
+            "list_allowed_directories",
+            serde_json::json!({}),
+            "/workspace",
+        ),
+        (
+            "git",
+            vec![git.clone(), "--repository".into(), "/workspace".into()],
+            vec![git.clone(), "--repository".into(), ws_host.clone()],
+            "git_log",
+            serde_json::json!({"repo_path": "/workspace", "max_count": 1}),
+            "start",
+        ),
+    ];
+    let manifests = |enabled: &dyn Fn(&str) -> String| {
+        let mut docs = vec![format!(
+            r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: mcp-ref, namespace: team-a}}
+spec:
+  mode: read_only
+  filesystem: {{cwd: workspace, readRoots: [workspace, "{venv}", "{node}"], writeRoots: []}}
+  network: {{egress: none}}
+  environment: {{inheritedEnv: [PATH, LANG]}}
+  process: {{timeoutMs: 30000, maxMemoryMb: 512, maxProcesses: 64, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}"#,
+            venv = venv.display(),
+            node = node.display()
+        )];
+        let mut granted = Vec::new();
+        for (server, command, _, tool, _, _) in &cases {
+            let command: Vec<String> = command.iter().map(|c| format!("\"{c}\"")).collect();
+            docs.push(format!(
+                r#"apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: {server}, namespace: team-a}}
+spec:
+  command: [{}]
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-ref}}
+  rediscoverSeconds: 1
+  enabled: [{}]"#,
+                command.join(", "),
+                enabled(server)
+            ));
+            granted.push(format!("{server}.{}", tool.replace('_', "-")));
+        }
+        docs.push(format!(
+            r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: reference-tools, namespace: team-a}}
+spec:
+  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
+  tools: {{names: [{}]}}
+  scopes: ["mcp:everything", "mcp:filesystem", "mcp:git"]
+  reason: the reference servers' read-only tools, reviewed"#,
+            granted.join(", ")
+        ));
+        docs.join("\n---\n") + "\n"
+    };
+    let m = root.join("manifests");
+    std::fs::write(m.join("reference.yaml"), manifests(&|_| String::new())).expect("manifests");
+    let server = Server::start(root);
+    let mut c = server.client().await;
+
+    // The reviewer lists each server on their machine and normalizes with the command the
+    // McpServer names; the digests they enable are the ones discovery computes.
+    let mut digests = std::collections::HashMap::new();
+    for (name, command, host, tool, _, _) in &cases {
+        let list = root.join(format!("{name}-tools.json"));
+        let mut target = vec!["--"];
+        target.extend(host.iter().map(String::as_str));
+        reviewer_list(&venv, &list, &target);
+        let out = Command::new(toolgate_binary())
+            .args([
+                "mcp",
+                "normalize",
+                "--server",
+                name,
+                "--trust",
+                "first-party",
+            ])
+            .args(["--namespace", "team-a", "--sandbox-policy", "mcp-ref"])
+            .arg(&list)
+            .arg("--")
+            .args(command)
+            .output()
+            .expect("normalize");
+        let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+        let descriptor = format!("{name}.{}", tool.replace('_', "-"));
+        digests.insert(
+            name.to_string(),
+            format!(
+                "{{tool: {tool}, digest: \"{}\"}}",
+                digest_of(&yaml, &descriptor)
+            ),
+        );
+    }
+    std::fs::write(
+        m.join("reference.yaml"),
+        manifests(&|s| digests.get(s).cloned().unwrap_or_default()),
+    )
+    .expect("enabled");
+    for (name, _, _, tool, args, holds) in &cases {
+        let descriptor = format!("{name}.{}", tool.replace('_', "-"));
+        let mut visible = false;
+        for _ in 0..150 {
+            if view_names(&mut c).await.iter().any(|n| *n == descriptor) {
+                visible = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(visible, "{descriptor}: the reviewed digest enables it");
+        let call = submit(&mut c, &descriptor, args.clone(), "read").await;
+        let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+        assert_eq!(done.phase, "Succeeded", "{descriptor}: {done:#?}");
+        assert!(
+            done.output_preview.contains(holds),
+            "{descriptor}: {}",
+            done.output_preview
+        );
+    }
+}
+
+/// An HTTP MCP server that wants a bearer: the McpServer's CredentialBinding is brokered for
+/// discovery and for each call and sent as `Authorization: Bearer`, and appears on no surface;
+/// the same server without the binding is refused (401) and none of its tools appear.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_servers_bearer_is_the_brokered_credential_and_no_surface_shows_it() {
+    let Some(venv) = servers() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut bearer_server = Command::new(venv.join("bin/python"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/bearer_server.py"))
+        .arg(port.to_string())
+        .env("EXPECTED_BEARER", CANARY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bearer_server.py");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bearer_server.py did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let dir = setup();
+    let root = dir.path();
+    let m = root.join("manifests");
+    let manifests = |enabled: &str| {
+        everything_manifests(&url, enabled)
+            .replace("name: everything,", "name: vault,")
+            .replace(
+                "everything.echo, everything.get-structured-content",
+                "vault.whoami",
+            )
+            .replace("mcp:everything", "mcp:vault")
+            + &format!(
+                r#"---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: anonymous, namespace: team-a}}
+spec:
+  url: "{url}"
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-http}}
+"#
+            )
+    };
+    std::fs::write(m.join("vault.yaml"), manifests("")).expect("manifests");
+    let log = root.join("server.log");
+    let server = Server::start_logged(
+        root,
+        &root.join("data"),
+        &root.join("workspace"),
+        &["--listen", "127.0.0.1:0"],
+        Some(&log),
+    );
+    let mut c = server.client().await;
+
+    let list = root.join("vault-tools.json");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/list_tools.py"))
+        .arg(&url)
+        .env("MCP_BEARER", CANARY)
+        .output()
+        .expect("list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&list, &out.stdout).expect("list");
+    let out = Command::new(toolgate_binary())
+        .args([
+            "mcp",
+            "normalize",
+            "--server",
+            "vault",
+            "--trust",
+            "first-party",
+        ])
+        .args(["--namespace", "team-a", "--sandbox-policy", "mcp-http"])
+        .args(["--url", &url, "--credential-binding", "github-issues-bot"])
+        .arg(&list)
+        .output()
+        .expect("normalize");
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    let enabled = format!(
+        "{{tool: whoami, digest: \"{}\"}}",
+        digest_of(&yaml, "vault.whoami")
+    );
+    std::fs::write(m.join("vault.yaml"), manifests(&enabled)).expect("enabled");
+    let mut visible = false;
+    for _ in 0..100 {
+        if view_names(&mut c).await.iter().any(|n| n == "vault.whoami") {
+            visible = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        visible,
+        "discovered with the bearer and enabled; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let call = submit(&mut c, "vault.whoami", serde_json::json!({}), "read").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(done.phase, "Succeeded", "{done:#?}");
+    assert!(
+        done.output_preview.contains("authorized by bearer"),
+        "{}",
+        done.output_preview
+    );
+
+    // The server without the binding: refused by the server, so nothing of it is listed.
+    let explained = c
+        .get_tool_view(req(
+            AGENT,
+            pb::GetToolViewRequest {
+                intent: "who am i".into(),
+                max_tools: 64,
+                explain: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("view")
+        .into_inner();
+    assert!(
+        !format!("{explained:?}").contains("anonymous."),
+        "a refused discovery registers nothing: {explained:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("team-a/anonymous") && text.contains("discovery failed"),
+        "{text}"
+    );
+
+    // The credential is on no surface: the call, its explanation, its events, the log.
+    let explanation = c
+        .explain_call(req(
+            AGENT,
+            pb::ExplainCallRequest {
+                id: call.id.clone(),
+            },
+        ))
+        .await
+        .expect("explain")
+        .into_inner();
+    let events = watch(&mut c, AGENT, &call.id).await;
+    let surfaces = format!("{done:?}{explanation:?}{events:?}{text}");
+    assert!(!surfaces.contains(CANARY), "the bearer leaked");
+    let _ = bearer_server.kill();
+    let _ = bearer_server.wait();
+}
