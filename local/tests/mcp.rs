@@ -908,6 +908,17 @@ async fn server_everything_over_streamable_http_is_discovered_reviewed_and_calle
     assert!(!surfaces.contains(CANARY));
 }
 
+/// A reference server's case: (server, command inside the sandbox, the same on the host for the
+/// reviewer's list, tool, args, what its answer holds).
+type Case<'a> = (
+    &'a str,
+    Vec<String>,
+    Vec<String>,
+    &'a str,
+    serde_json::Value,
+    &'a str,
+);
+
 /// The reference stdio servers, each an McpServer started inside its sandbox: npm
 /// `server-everything` and `server-filesystem` (Node, the workspace as its one allowed folder)
 /// and PyPI `mcp-server-git` (the workspace's repository), discovered, reviewed by digest and
@@ -945,14 +956,7 @@ async fn the_reference_stdio_servers_are_governed_in_their_sandboxes() {
     // args, what its answer holds)
     let git = venv.join("bin/mcp-server-git").display().to_string();
     let ws_host = ws.display().to_string();
-    let cases: Vec<(
-        &str,
-        Vec<String>,
-        Vec<String>,
-        &str,
-        serde_json::Value,
-        &str,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "everything",
             vec![bin("mcp-server-everything")],
@@ -1070,7 +1074,7 @@ spec:
         let descriptor = format!("{name}.{}", tool.replace('_', "-"));
         let mut visible = false;
         for _ in 0..150 {
-            if view_names(&mut c).await.iter().any(|n| *n == descriptor) {
+            if view_names(&mut c).await.contains(&descriptor) {
                 visible = true;
                 break;
             }
