@@ -128,6 +128,33 @@ pub fn saved_server_version(text: &str) -> Option<String> {
     info.get("version")?.as_str().map(str::to_string)
 }
 
+/// The tools added, removed and changed between two listings, each tool a (name, fingerprint)
+/// pair (its JSON, or its descriptor digest): `echo changed, sum added` (for a log line or an
+/// Event). Empty when nothing changed.
+pub fn what_changed(before: &[(String, String)], after: &[(String, String)]) -> String {
+    let b: std::collections::HashMap<&str, &str> = before
+        .iter()
+        .map(|(n, f)| (n.as_str(), f.as_str()))
+        .collect();
+    let a: std::collections::HashMap<&str, &str> = after
+        .iter()
+        .map(|(n, f)| (n.as_str(), f.as_str()))
+        .collect();
+    let mut words = Vec::new();
+    for (n, f) in &a {
+        match b.get(n) {
+            None => words.push(format!("{n} added")),
+            Some(old) if old != f => words.push(format!("{n} changed")),
+            Some(_) => {}
+        }
+    }
+    for n in b.keys().filter(|n| !a.contains_key(*n)) {
+        words.push(format!("{n} removed"));
+    }
+    words.sort();
+    words.join(", ")
+}
+
 /// What the server says about a tool that reaches a model or a decision — its name, title,
 /// description, schemas and the spec's annotation hints — and nothing else: the part hashed
 /// into `provenance.manifestHash`. Fields toolgate neither shows nor reads (`icons`, `_meta`,

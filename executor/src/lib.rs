@@ -5,6 +5,7 @@
 
 pub mod builtin;
 pub mod cli;
+pub mod discover;
 pub mod effects;
 pub mod http;
 mod mcp;

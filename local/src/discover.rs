@@ -6,13 +6,11 @@
 //! `discovered` again until its new digest is enabled, and calls waiting for approval are looked
 //! at again (a tool changed under them ends them, `ToolChanged`).
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
 use rmcp::transport::TokioChildProcess;
 use toolgate_core::manifest::Spec;
 use toolgate_crds::{CredentialBindingSpec, McpServerSpec, SandboxPolicySpec};
@@ -73,75 +71,47 @@ async fn list_tools_http(
     policy: &SandboxPolicySpec,
     binding: Option<(String, CredentialBindingSpec)>,
 ) -> Result<ServerTools, String> {
-    use rmcp::transport::streamable_http_client::{
-        StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
-    };
     let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("spec.url {url:?}: {e}"))?;
     if policy.network.egress == toolgate_crds::EgressMode::None {
         return Err(format!(
             "its SandboxPolicy {} allows no egress, so {url} cannot be reached",
             spec.sandbox_policy_ref.name
         ));
     }
-    let client = toolgate_executor::http::egress_client_with(
-        &parsed,
-        &policy.network.allow_domains,
-        policy.network.deny_private_networks,
-        deadline,
-    )?;
-    let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
-    let mut lease = None;
+    let mut issued = None;
     if let Some((name, b)) = &binding {
-        let issued = config
-            .broker
-            .issue(toolgate_broker::Request {
-                namespace,
-                name,
-                binding: b,
-                deadline_seconds: Some(deadline.as_secs()),
-            })
-            .await
-            .map_err(|e| format!("its credential (CredentialBinding {name}): {e}"))?;
-        transport_config = transport_config.auth_header(issued.value.expose().trim());
-        lease = issued.lease;
+        issued = Some(
+            config
+                .broker
+                .issue(toolgate_broker::Request {
+                    namespace,
+                    name,
+                    binding: b,
+                    deadline_seconds: Some(deadline.as_secs()),
+                })
+                .await
+                .map_err(|e| format!("its credential (CredentialBinding {name}): {e}"))?,
+        );
     }
-    let transport = StreamableHttpClientTransport::with_client(client, transport_config);
-    let result = match tokio::time::timeout(deadline, list_over(transport)).await {
-        Ok(r) => r,
-        Err(_) => Err(format!(
-            "no answer to initialize and tools/list within {} s",
-            deadline.as_secs()
-        )),
-    };
-    if let Some(lease) = lease
+    let listed = toolgate_executor::discover::list_http(
+        toolgate_executor::discover::HttpTarget {
+            url,
+            allowed_domains: &policy.network.allow_domains,
+            deny_private_networks: policy.network.deny_private_networks,
+            bearer: issued.as_ref().map(|i| i.value.expose()),
+        },
+        deadline,
+    )
+    .await;
+    if let Some(lease) = issued.and_then(|i| i.lease)
         && let Err(e) = config.broker.revoke(&lease).await
     {
         tracing::warn!(binding = %lease.binding, error = %e, "revoking the lease of an MCP discovery");
     }
-    result
-}
-
-/// `initialize`, every page of `tools/list`, and the server's version, over either transport.
-async fn list_over<T, E, A>(transport: T) -> Result<ServerTools, String>
-where
-    T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    let client = ().serve(transport).await.map_err(|e| format!("it did not initialize: {e}"))?;
-    let version = client
-        .peer_info()
-        .and_then(|i| i.server_info.as_ref().map(|s| s.version.clone()));
-    let tools = client
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("tools/list: {e}"));
-    let _ = client.cancel().await;
-    let tools = tools?
-        .into_iter()
-        .map(|t| serde_json::to_value(t).map_err(|e| format!("a tool: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(ServerTools { tools, version })
+    listed.map(|l| ServerTools {
+        tools: l.tools,
+        version: l.version,
+    })
 }
 
 /// List a server's tools: a stdio server sandboxed by `policy`, an HTTP one under its egress.
@@ -184,7 +154,12 @@ pub(crate) async fn list_tools(
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting {program:?}: {e}"))?;
-        list_over(transport).await
+        toolgate_executor::discover::list_over(transport)
+            .await
+            .map(|l| ServerTools {
+                tools: l.tools,
+                version: l.version,
+            })
     };
     let result = match tokio::time::timeout(deadline, listed).await {
         Ok(r) => r,
@@ -265,23 +240,10 @@ impl Runtime {
 
 /// The tools added, removed and changed between two lists, by name.
 fn what_changed(before: &[serde_json::Value], after: &[serde_json::Value]) -> String {
-    let index = |l: &[serde_json::Value]| -> HashMap<String, String> {
+    let keyed = |l: &[serde_json::Value]| -> Vec<(String, String)> {
         l.iter()
             .map(|t| (t["name"].as_str().unwrap_or("?").to_string(), t.to_string()))
             .collect()
     };
-    let (b, a) = (index(before), index(after));
-    let mut words = Vec::new();
-    for (n, t) in &a {
-        match b.get(n) {
-            None => words.push(format!("{n} added")),
-            Some(old) if old != t => words.push(format!("{n} changed")),
-            Some(_) => {}
-        }
-    }
-    for n in b.keys().filter(|n| !a.contains_key(*n)) {
-        words.push(format!("{n} removed"));
-    }
-    words.sort();
-    words.join(", ")
+    toolgate_core::mcp::what_changed(&keyed(before), &keyed(after))
 }

@@ -17,6 +17,7 @@ mod call;
 mod descriptor;
 mod grant;
 mod guard;
+mod mcp_server;
 mod ops;
 mod policies;
 mod readiness;
@@ -283,6 +284,7 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
         descriptor::run(client.clone(), scope.clone()),
         grant::run(client.clone(), scope.clone()),
         readiness::run(client.clone(), config.broker.clone(), scope.clone()),
+        mcp_server::run(client.clone(), config.broker.clone(), scope.clone()),
         tool_policy::run(client.clone(), scope.clone()),
         call::run(
             client,

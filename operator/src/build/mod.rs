@@ -10,7 +10,7 @@ mod pod;
 #[cfg(test)]
 mod tests;
 
-pub use network::network_policy;
+pub use network::{executor_ports, network_policy};
 pub use pod::{PodInput, pod};
 
 use k8s_openapi::ByteString;

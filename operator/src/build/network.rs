@@ -9,7 +9,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use toolgate_crds::{EgressMode, ExecutionAdapter, SandboxPolicySpec};
+use toolgate_crds::{EgressMode, SandboxPolicySpec};
 
 use super::{BuildError, CALL_LABEL, Owner, PRIVATE_V4, PRIVATE_V6, label_value, meta};
 
@@ -55,14 +55,35 @@ fn dns_rule() -> NetworkPolicyEgressRule {
     }
 }
 
+/// The ports the executor itself connects to when it is the tool's only network client (the
+/// `http` adapter: HTTPS and HTTP; an MCP server over streamable HTTP: its URL's port), or
+/// `None` when a process of the tool's makes its own requests.
+pub fn executor_ports(execution: &toolgate_crds::Execution) -> Option<Vec<i32>> {
+    if !toolgate_core::exec::executor_is_the_only_client(execution) {
+        return None;
+    }
+    match execution.mcp.as_ref().and_then(|m| m.url.as_deref()) {
+        Some(url) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+            let authority = rest.split('/').next().unwrap_or_default();
+            let port = authority
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<i32>().ok())
+                .unwrap_or(if scheme == "http" { 80 } else { 443 });
+            Some(vec![port])
+        }
+        None => Some(vec![443, 80]),
+    }
+}
+
 /// The NetworkPolicy of one call's pod: all ingress denied; egress none, the allowed CIDRs, or
-/// (http adapter with domains) DNS plus HTTPS/HTTP to public addresses, which the executor's
-/// client narrows to the allowed domains; private ranges excepted when the policy says so; plus
-/// the artifact store's CIDRs, which the executor needs for every call.
+/// (the executor the only client, with domains) DNS plus `executor_ports` to public addresses,
+/// which the executor's client narrows to the allowed domains; private ranges excepted when the
+/// policy says so; plus the artifact store's CIDRs, which the executor needs for every call.
 pub fn network_policy(
     o: &Owner<'_>,
     policy: &SandboxPolicySpec,
-    adapter: ExecutionAdapter,
+    executor_ports: Option<&[i32]>,
     artifact_store: &[String],
 ) -> Result<NetworkPolicy, BuildError> {
     let net = &policy.network;
@@ -92,20 +113,20 @@ pub fn network_policy(
                 });
             }
             if !net.allow_domains.is_empty() {
-                if adapter != ExecutionAdapter::Http {
+                let Some(ports) = executor_ports else {
                     return Err(BuildError::DomainsForProcess(net.allow_domains.join(", ")));
-                }
+                };
                 rules.push(NetworkPolicyEgressRule {
                     to: Some(vec![
                         ip_peer("0.0.0.0/0", v4_except),
                         ip_peer("::/0", v6_except),
                     ]),
                     ports: Some(
-                        [443, 80]
-                            .into_iter()
+                        ports
+                            .iter()
                             .map(|p| NetworkPolicyPort {
                                 protocol: Some("TCP".into()),
-                                port: Some(IntOrString::Int(p)),
+                                port: Some(IntOrString::Int(*p)),
                                 ..Default::default()
                             })
                             .collect(),

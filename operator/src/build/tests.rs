@@ -3,7 +3,7 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use toolgate_crds::{ExecutionAdapter, SandboxPolicySpec};
+use toolgate_crds::SandboxPolicySpec;
 
 const OWNER: Owner<'static> = Owner {
     name: "fix-serializer-3",
@@ -207,7 +207,7 @@ fn network_policies_per_egress_mode() {
     let none = network_policy(
         &OWNER,
         &policy(serde_json::json!({"egress": "none"})),
-        ExecutionAdapter::Cli,
+        None,
         &[],
     )
     .expect("none");
@@ -229,7 +229,7 @@ fn network_policies_per_egress_mode() {
     let open = network_policy(
         &OWNER,
         &policy(serde_json::json!({"egress": "open", "denyPrivateNetworks": true})),
-        ExecutionAdapter::Cli,
+        None,
         &[],
     )
     .expect("open");
@@ -248,7 +248,7 @@ fn network_policies_per_egress_mode() {
     let cidrs = network_policy(
         &OWNER,
         &policy(serde_json::json!({"egress": "allowlist", "allowCidrs": ["203.0.113.0/24"]})),
-        ExecutionAdapter::Cli,
+        None,
         &[],
     )
     .expect("cidrs");
@@ -266,7 +266,7 @@ fn network_policies_per_egress_mode() {
     let domains = policy(
         serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"], "denyPrivateNetworks": true}),
     );
-    let http = network_policy(&OWNER, &domains, ExecutionAdapter::Http, &[]).expect("http");
+    let http = network_policy(&OWNER, &domains, Some(&[443, 80]), &[]).expect("http");
     let rules = http.spec.expect("spec").egress.expect("egress");
     assert_eq!(rules.len(), 2, "web ports to public ranges, and DNS");
     let ports: Vec<_> = rules[0]
@@ -281,7 +281,7 @@ fn network_policies_per_egress_mode() {
         vec![Some(IntOrString::Int(443)), Some(IntOrString::Int(80))]
     );
     assert!(matches!(
-        network_policy(&OWNER, &domains, ExecutionAdapter::Cli, &[]),
+        network_policy(&OWNER, &domains, None, &[]),
         Err(BuildError::DomainsForProcess(_))
     ));
 }
@@ -291,7 +291,7 @@ fn the_artifact_store_stays_reachable_even_with_egress_none() {
     let np = network_policy(
         &OWNER,
         &policy(serde_json::json!({"egress": "none"})),
-        ExecutionAdapter::Cli,
+        None,
         &["10.96.40.0/24".to_string()],
     )
     .expect("policy");
@@ -313,4 +313,30 @@ fn secret_and_config_map_are_immutable_and_owned() {
     assert_eq!(s.immutable, Some(true));
     assert_eq!(s.data.expect("data")["github-token"].0, b"canary");
     assert!(s.metadata.owner_references.is_some());
+}
+
+#[test]
+fn an_mcp_server_over_http_is_reached_by_the_executor_on_its_urls_port() {
+    let execution = |adapter: &str, mcp: serde_json::Value| -> toolgate_crds::Execution {
+        serde_json::from_value(serde_json::json!({
+            "adapter": adapter, "argv": [], "timeoutMs": 1000, "mcp": mcp,
+        }))
+        .expect("execution")
+    };
+    let http = execution(
+        "mcp",
+        serde_json::json!({"tool": "echo", "url": "http://mcp.example.com:3001/mcp"}),
+    );
+    assert_eq!(crate::build::executor_ports(&http), Some(vec![3001]));
+    let https = execution(
+        "mcp",
+        serde_json::json!({"tool": "echo", "url": "https://mcp.example.com/mcp"}),
+    );
+    assert_eq!(crate::build::executor_ports(&https), Some(vec![443]));
+    let stdio = execution("mcp", serde_json::json!({"tool": "echo"}));
+    assert_eq!(
+        crate::build::executor_ports(&stdio),
+        None,
+        "a server process makes its own requests"
+    );
 }

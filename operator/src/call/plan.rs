@@ -21,7 +21,7 @@ pub(crate) fn placeable(
     build::network_policy(
         owner,
         target.policy,
-        target.tool.spec.execution.adapter,
+        build::executor_ports(&target.tool.spec.execution).as_deref(),
         artifact_egress,
     )
     .map_err(|e| e.to_string())?;
@@ -56,7 +56,7 @@ pub(crate) fn sandbox(
     let network_policy = build::network_policy(
         owner,
         target.policy,
-        target.tool.spec.execution.adapter,
+        build::executor_ports(&target.tool.spec.execution).as_deref(),
         &config.artifact_egress,
     )
     .map_err(|e| refused(e.to_string()))?;

@@ -1,0 +1,342 @@
+//! The McpServer controller: discover the server's tools, register them as ToolDescriptors
+//! (`<server>.<tool>`, owned by the McpServer, applied with server-side apply) in lifecycle
+//! `discovered` until the digest a reviewer enabled in `spec.enabled` matches, and say what it
+//! found in the status (each tool's descriptor and digest: what a reviewer enables) and in
+//! Events (a changed tool — a rug pull — is a Warning naming it). Normalization is the core's
+//! (`toolgate_core::mcp::server_manifests`, as in `toolgate local`); listing is the executor
+//! library's (`toolgate_executor::discover`).
+//!
+//! An HTTP server is listed from the operator under the SandboxPolicy's egress rules, with the
+//! CredentialBinding's brokered value as its bearer (the lease revoked once listed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use toolgate_broker::CredentialBroker;
+use toolgate_crds::{
+    CredentialBinding, DiscoveredTool, Lifecycle, McpServer, McpServerSpec, SandboxPolicy,
+    Timestamp, ToolDescriptor,
+};
+
+use crate::descriptor::{FIELD_MANAGER, backoff};
+use crate::readiness::{apply_status, ready};
+
+/// The label naming the McpServer a ToolDescriptor was discovered on.
+pub const SERVER_LABEL: &str = "toolgate.dev/mcp-server";
+
+/// Condition reasons of an McpServer's `Ready`.
+mod reason {
+    /// The last discovery answered.
+    pub const DISCOVERED: &str = "Discovered";
+    /// The last discovery failed; the tools it had stay as they were.
+    pub const DISCOVERY_FAILED: &str = "DiscoveryFailed";
+    /// Its SandboxPolicy or CredentialBinding does not exist.
+    pub const REFERENCE_MISSING: &str = "ReferenceMissing";
+    /// A stdio server: started by `toolgate local`; not on a cluster yet.
+    pub const STDIO_NOT_ON_CLUSTER: &str = "StdioNotOnCluster";
+}
+
+/// What a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Where an HTTP server's bearer comes from.
+    pub broker: Arc<dyn CredentialBroker>,
+    /// Publishes the Events.
+    pub recorder: Recorder,
+}
+
+/// Why a reconcile failed; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The McpServer has no namespace (the CRD is namespaced: a bug if seen).
+    #[error("McpServer {0} has no namespace")]
+    NoNamespace(String),
+    /// A readiness status write failed.
+    #[error(transparent)]
+    Status(#[from] crate::readiness::Error),
+}
+
+/// Why no list came back: the condition reason and words.
+struct Unlisted(&'static str, String);
+
+/// List the server's tools.
+async fn list(
+    ctx: &Context,
+    ns: &str,
+    spec: &McpServerSpec,
+) -> Result<toolgate_executor::discover::Listed, Unlisted> {
+    let Some(url) = &spec.url else {
+        return Err(Unlisted(
+            reason::STDIO_NOT_ON_CLUSTER,
+            "a stdio McpServer (spec.command) is discovered and run by toolgate local; on a cluster give the server's streamable HTTP endpoint (spec.url)".into(),
+        ));
+    };
+    let policy = Api::<SandboxPolicy>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.sandbox_policy_ref.name)
+        .await
+        .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
+        .ok_or_else(|| {
+            Unlisted(
+                reason::REFERENCE_MISSING,
+                format!(
+                    "spec.sandboxPolicyRef: SandboxPolicy {} does not exist",
+                    spec.sandbox_policy_ref.name
+                ),
+            )
+        })?;
+    if policy.spec.network.egress == toolgate_crds::EgressMode::None {
+        return Err(Unlisted(
+            reason::DISCOVERY_FAILED,
+            format!(
+                "SandboxPolicy {} allows no egress, so {url} cannot be reached",
+                spec.sandbox_policy_ref.name
+            ),
+        ));
+    }
+    let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
+    let mut issued = None;
+    if let Some(r) = &spec.credential_binding_ref {
+        let binding = Api::<CredentialBinding>::namespaced(ctx.client.clone(), ns)
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
+            .ok_or_else(|| {
+                Unlisted(
+                    reason::REFERENCE_MISSING,
+                    format!(
+                        "spec.credentialBindingRef: CredentialBinding {} does not exist",
+                        r.name
+                    ),
+                )
+            })?;
+        issued = Some(
+            ctx.broker
+                .issue(toolgate_broker::Request {
+                    namespace: ns,
+                    name: &r.name,
+                    binding: &binding.spec,
+                    deadline_seconds: Some(deadline.as_secs()),
+                })
+                .await
+                .map_err(|e| {
+                    Unlisted(
+                        reason::DISCOVERY_FAILED,
+                        format!("its credential (CredentialBinding {}): {e}", r.name),
+                    )
+                })?,
+        );
+    }
+    let listed = toolgate_executor::discover::list_http(
+        toolgate_executor::discover::HttpTarget {
+            url,
+            allowed_domains: &policy.spec.network.allow_domains,
+            deny_private_networks: policy.spec.network.deny_private_networks,
+            bearer: issued.as_ref().map(|i| i.value.expose()),
+        },
+        deadline,
+    )
+    .await;
+    if let Some(lease) = issued.and_then(|i| i.lease)
+        && let Err(e) = ctx.broker.revoke(&lease).await
+    {
+        tracing::warn!(binding = %lease.binding, error = %e, "revoking the lease of an MCP discovery");
+    }
+    listed.map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e))
+}
+
+async fn publish(ctx: &Context, server: &McpServer, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Discover".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &server.object_ref(&())).await {
+        tracing::warn!(server = %server.name_any(), error = %e, "publishing an event");
+    }
+}
+
+#[tracing::instrument(skip(server, ctx), fields(server = %server.name_any(), namespace = server.namespace().unwrap_or_default()))]
+async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = server.name_any();
+    let ns = server
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let spec = &server.spec;
+    let generation = server.metadata.generation;
+    let previous = server.status.clone().unwrap_or_default();
+    let again = Action::requeue(Duration::from_secs(u64::from(spec.rediscover_seconds)));
+    let servers = Api::<McpServer>::namespaced(ctx.client.clone(), &ns);
+    let listed = match list(&ctx, &ns, spec).await {
+        Ok(l) => l,
+        Err(Unlisted(why, message)) => {
+            // The tools it had stay as they were: a server that is down hides nothing new and
+            // enables nothing new.
+            let condition = ready(
+                &previous.conditions,
+                false,
+                why,
+                message.clone(),
+                generation,
+            );
+            let changed = previous.conditions.first().map(|c| (&c.reason, &c.message))
+                != Some((&condition.reason, &condition.message));
+            if changed {
+                publish(&ctx, &server, EventType::Warning, why, message).await;
+                apply_status(
+                    servers,
+                    &name,
+                    "McpServer",
+                    condition,
+                    generation,
+                    serde_json::Value::Null,
+                )
+                .await?;
+            }
+            return Ok(again);
+        }
+    };
+    let (manifests, tools, refused) = toolgate_core::mcp::server_manifests(
+        &ns,
+        &name,
+        spec,
+        &listed.tools,
+        listed.version.as_deref(),
+    );
+    // Each descriptor, owned by the server (deleting the server deletes its tools).
+    let descriptors = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
+    let owner = server.controller_owner_ref(&()).map(|o| vec![o]);
+    for m in &manifests {
+        let mut doc = m.value.clone();
+        let Some(descriptor) = doc["metadata"]["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        doc["metadata"]["labels"] = serde_json::json!({ SERVER_LABEL: name });
+        doc["metadata"]["ownerReferences"] = serde_json::to_value(&owner).unwrap_or_default();
+        descriptors
+            .patch(
+                &descriptor,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&doc),
+            )
+            .await?;
+    }
+    // Tools the server no longer lists are gone.
+    let listed_names: Vec<&str> = tools.iter().map(|t| t.descriptor.as_str()).collect();
+    for d in descriptors
+        .list(&ListParams::default().labels(&format!("{SERVER_LABEL}={name}")))
+        .await?
+    {
+        if !listed_names.contains(&d.name_any().as_str()) {
+            descriptors
+                .delete(&d.name_any(), &DeleteParams::default())
+                .await?;
+        }
+    }
+    let fingerprints = |t: &[DiscoveredTool]| -> Vec<(String, String)> {
+        t.iter()
+            .map(|t| (t.tool.clone(), t.digest.clone()))
+            .collect()
+    };
+    let changes =
+        toolgate_core::mcp::what_changed(&fingerprints(&previous.tools), &fingerprints(&tools));
+    if previous.last_discovery.is_some() && !changes.is_empty() {
+        publish(
+            &ctx,
+            &server,
+            EventType::Warning,
+            "ToolsChanged",
+            format!(
+                "{changes}; a changed tool is discovered again (out of every view, its waiting calls ended) until its new digest is enabled"
+            ),
+        )
+        .await;
+    }
+    for r in &refused {
+        publish(
+            &ctx,
+            &server,
+            EventType::Warning,
+            "ToolRefused",
+            r.to_string(),
+        )
+        .await;
+    }
+    let enabled = tools
+        .iter()
+        .filter(|t| t.lifecycle == Lifecycle::Enabled)
+        .count();
+    let mut message = format!(
+        "{} tool(s) listed, {enabled} enabled by reviewed digest",
+        tools.len()
+    );
+    if !refused.is_empty() {
+        message.push_str(&format!(
+            "; {} refused: {}",
+            refused.len(),
+            refused
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let condition = ready(
+        &previous.conditions,
+        true,
+        reason::DISCOVERED,
+        message,
+        generation,
+    );
+    apply_status(
+        servers,
+        &name,
+        "McpServer",
+        condition,
+        generation,
+        serde_json::json!({
+            "lastDiscovery": Timestamp(jiff::Timestamp::now()),
+            "toolCount": tools.len(),
+            "enabledCount": enabled,
+            "tools": tools,
+        }),
+    )
+    .await?;
+    Ok(again)
+}
+
+fn error_policy(server: Arc<McpServer>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(server = %server.name_any(), %error, "McpServer reconcile failed");
+    Action::requeue(backoff(2))
+}
+
+/// Run the McpServer controller until shutdown.
+pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate::scope::Scope) {
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        broker,
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "toolgate-operator".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+    });
+    Controller::new(scope.api::<McpServer>(&client), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}

@@ -1,0 +1,234 @@
+//! McpServer on the cluster, end to end with the real API server and a real MCP server (npm
+//! `@modelcontextprotocol/server-everything` over streamable HTTP, installed by tests/run.sh):
+//! the operator lists its tools and registers them as ToolDescriptors it owns, `discovered` and
+//! out of every view; the status names each tool's digest, which a reviewer enables in Git;
+//! then an agent's ToolCall runs in its own pod, whose executor calls the server under the
+//! call's NetworkPolicy. A stdio server says it is for `toolgate local`; deleting the server
+//! deletes its tools.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::node_emulator::{self, NodeConfig};
+use support::{jsonpath, kubectl, ok, prepare, start_operator, wait_for};
+
+fn node_servers() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MCP_NODE") {
+        return Some(PathBuf::from(dir));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no npm MCP servers: CI runs this suite through tests/run.sh, which installs them"
+    );
+    eprintln!("skipping: run tests/run.sh to install the npm MCP servers");
+    None
+}
+
+/// `server-everything` on streamable HTTP on a free loopback port, until dropped.
+struct Everything(std::process::Child);
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn everything(node: &std::path::Path, port: u16) -> Everything {
+    let child = Command::new(node.join("node_modules/.bin/mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server-everything starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Everything(child)
+}
+
+fn manifests(ns: &str, url: &str, enabled: &str) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: mcp-http, namespace: {ns}}}
+spec:
+  mode: read_only
+  filesystem: {{readRoots: [], writeRoots: []}}
+  network: {{egress: allowlist, allowDomains: ["127.0.0.1"], denyPrivateNetworks: false}}
+  environment: {{inheritedEnv: [PATH, LANG]}}
+  process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: everything, namespace: {ns}}}
+spec:
+  url: "{url}"
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-http}}
+  rediscoverSeconds: 2
+  enabled: [{enabled}]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: local-only, namespace: {ns}}}
+spec:
+  command: [mcp-server-time]
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-http}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: everything-tools, namespace: {ns}}}
+spec:
+  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
+  tools: {{names: [everything.echo]}}
+  scopes: ["mcp:everything"]
+  reason: the reference server's echo, reviewed
+"#
+    )
+}
+
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_pod() {
+    if !toolgate_testkit::have_cluster() {
+        return;
+    }
+    let Some(node) = node_servers() else { return };
+    let port = support::free_port();
+    let _server = everything(&node, port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let ns = prepare("tg-mcp");
+    ok(&["apply", "-f", "-"], Some(&manifests(&ns, &url, "")));
+    support::apply_agent_access(&ns);
+    let _operator = start_operator(&ns, &[]);
+    let _emulator = node_emulator::start(NodeConfig {
+        namespace: ns.clone(),
+        executor: node_emulator::executor_binary(),
+        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
+    });
+
+    // Listed and registered, out of every view: discovered, owned by the server.
+    wait_for(
+        &ns,
+        "mcpserver/everything",
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        &["Discovered"],
+    );
+    wait_for(
+        &ns,
+        "tooldescriptor/everything.echo",
+        "{.status.lifecycle}",
+        &["discovered"],
+    );
+    assert_eq!(
+        jsonpath(
+            &ns,
+            "tooldescriptor/everything.echo",
+            "{.metadata.ownerReferences[0].kind}"
+        ),
+        "McpServer"
+    );
+    assert!(
+        jsonpath(&ns, "mcpserver/everything", "{.status.toolCount}")
+            .parse::<u32>()
+            .is_ok_and(|n| n > 5)
+    );
+    // The stdio server says where it runs.
+    wait_for(
+        &ns,
+        "mcpserver/local-only",
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        &["StdioNotOnCluster"],
+    );
+
+    // The reviewer enables the digest the status shows; only then is it callable.
+    let digest = jsonpath(
+        &ns,
+        "mcpserver/everything",
+        "{.status.tools[?(@.tool==\"echo\")].digest}",
+    );
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    ok(
+        &["apply", "-f", "-"],
+        Some(&manifests(
+            &ns,
+            &url,
+            &format!("{{tool: echo, digest: \"{digest}\"}}"),
+        )),
+    );
+    wait_for(
+        &ns,
+        "tooldescriptor/everything.echo",
+        "{.status.lifecycle}",
+        &["enabled"],
+    );
+    let call = toolgate_testkit::fixtures::call(
+        &ns,
+        "echo-over-mcp",
+        "everything.echo",
+        "{message: hello from a pod}",
+        "team-a",
+    )
+    .replace("actionType: execute", "actionType: read");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (created, _, err) = kubectl(&["--context", "agent", "create", "-f", "-"], Some(&call));
+        if created {
+            break;
+        }
+        assert!(Instant::now() < deadline, "creating the call: {err}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let phase = wait_for(
+        &ns,
+        "toolcall/echo-over-mcp",
+        "{.status.phase}",
+        &["Succeeded", "Failed", "Denied"],
+    );
+    let preview = jsonpath(
+        &ns,
+        "toolcall/echo-over-mcp",
+        "{.status.result.outputPreview}",
+    );
+    assert_eq!(phase, "Succeeded", "{preview}");
+    assert!(preview.contains("hello from a pod"), "{preview}");
+
+    // Deleting the server deletes its tools (owner references).
+    ok(&["delete", "mcpserver/everything", "-n", &ns], None);
+    eventually("the server's tools to go", || {
+        kubectl(
+            &[
+                "get",
+                "tooldescriptors",
+                "-n",
+                &ns,
+                "-l",
+                "toolgate.dev/mcp-server=everything",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .1
+        .trim()
+        .is_empty()
+    });
+}
