@@ -59,6 +59,10 @@ pub struct ExecSpec {
     /// tool (paths as the executor sees them). Absent: no confinement by the executor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<FsRules>,
+    /// List the MCP server's tools (`initialize`, every page of `tools/list`) into the `tools`
+    /// artifact instead of calling a tool: a discovery, on a cluster (see [`discovery_spec`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub discover: bool,
 }
 
 /// What a confined process may touch on the filesystem; everything else is refused.
@@ -296,6 +300,78 @@ pub fn executor_is_the_only_client(execution: &toolgate_crds::Execution) -> bool
 /// The variable a tool's process finds its call's trace context in.
 pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
 
+/// The executor's input for one discovery of a stdio McpServer on a cluster: its command in the
+/// SandboxPolicy's sandbox, as a call of one of its tools would run it, listing instead of
+/// calling (`discover`), within the server's discovery timeout; the list goes to the `tools`
+/// artifact under `<namespace>/<server>-discovery`.
+pub fn discovery_spec(
+    namespace: &str,
+    server: &str,
+    spec: &toolgate_crds::McpServerSpec,
+    policy: &toolgate_crds::SandboxPolicySpec,
+    artifacts: ArtifactTarget,
+    confinement: Option<FsRules>,
+    working_dir: Option<String>,
+) -> ExecSpec {
+    let timeout_ms = u64::from(spec.discovery_timeout_seconds)
+        .saturating_mul(1000)
+        .min(u64::from(policy.process.timeout_ms));
+    let name = format!("{server}-discovery");
+    ExecSpec {
+        api_version: EXEC_SPEC_VERSION.into(),
+        call: CallIdentity {
+            namespace: namespace.into(),
+            event_id: format!("{name}/{}", jiff::Timestamp::now().as_second()),
+            name,
+        },
+        execution: toolgate_crds::Execution {
+            adapter: toolgate_crds::ExecutionAdapter::Mcp,
+            image: None,
+            argv: spec.command.clone(),
+            stdin: None,
+            working_dir: None,
+            http: None,
+            builtin: None,
+            mcp: Some(toolgate_crds::McpExecution {
+                tool: String::new(),
+                url: None,
+            }),
+            timeout_ms: u32::try_from(timeout_ms).unwrap_or(u32::MAX),
+            retry_policy: Default::default(),
+        },
+        args: serde_json::Value::Object(Default::default()),
+        dry_run: false,
+        limits: ExecLimits {
+            timeout_ms,
+            max_stdout_bytes: crate::mcp::MAX_LIST_BYTES as u64,
+            max_stderr_bytes: policy.process.max_stderr_bytes,
+        },
+        context: ContextLimits {
+            expose_output_to_model: toolgate_crds::OutputExposure::None,
+            max_output_preview_tokens: 0,
+        },
+        output_schema: None,
+        artifacts,
+        credentials: Vec::new(),
+        env: EnvSpec {
+            inherit: policy.environment.inherited_env.clone(),
+            set: policy
+                .environment
+                .injected_env
+                .iter()
+                .filter_map(|e| e.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        },
+        working_dir,
+        write_roots: Vec::new(),
+        allowed_domains: policy.network.allow_domains.clone(),
+        deny_private_networks: policy.network.deny_private_networks,
+        confinement,
+        discover: true,
+    }
+}
+
 /// Build the executor's input. Limits take the stricter of the descriptor and the policy.
 pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
     let process = &input.policy.process;
@@ -352,5 +428,6 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         allowed_domains: input.policy.network.allow_domains.clone(),
         deny_private_networks: input.policy.network.deny_private_networks,
         confinement: input.confinement,
+        discover: false,
     }
 }

@@ -130,6 +130,84 @@ pub(crate) async fn run_mcp(
     conclude(spec, answer, out, Some(err), started).await
 }
 
+/// List the stdio server's tools (a discovery on a cluster): started as for a call, then
+/// `initialize` and every page of `tools/list`, written as `{"serverInfo": {"version"}, "tools"}`
+/// to the `tools` artifact (what `toolgate_core::mcp` reads) within the deadline.
+pub(crate) async fn run_discover(
+    spec: &ExecSpec,
+    credentials: &[Credential],
+    credentials_dir: &std::path::Path,
+    store: &ArtifactStore,
+    redactor: &Redactor,
+) -> Result<CallResult, ExecError> {
+    let Some((program, rest)) = spec.execution.argv.split_first() else {
+        return Err(ExecError::Unrunnable(
+            "execution.argv is empty: a discovery names the server's command".into(),
+        ));
+    };
+    let cmd = tool_process(spec, credentials, credentials_dir, program, rest)?;
+    let mut out = open_output(spec, store, redactor, "tools", "application/json").await?;
+    let started = Instant::now();
+    let (transport, _) = match TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            let o = out.finish(None).await?;
+            return Ok(failure(
+                ResultStatus::Error,
+                "spawn-failed",
+                &format!("cannot start the MCP server {program:?}: {e}"),
+                false,
+                vec![o.artifact],
+                started,
+            ));
+        }
+    };
+    let pid = transport.id();
+    let timeout = Duration::from_millis(spec.limits.timeout_ms);
+    let listed = tokio::time::timeout(timeout, crate::discover::list_over(transport)).await;
+    crate::run::kill_group(pid);
+    let listed = match listed {
+        Ok(Ok(l)) => l,
+        Ok(Err(message)) => {
+            let o = out.finish(None).await?;
+            return Ok(failure(
+                ResultStatus::Error,
+                "mcp-protocol",
+                &message,
+                true,
+                vec![o.artifact],
+                started,
+            ));
+        }
+        Err(_) => {
+            let o = out.finish(None).await?;
+            return Ok(failure(
+                ResultStatus::Error,
+                "timeout",
+                &format!(
+                    "no answer to initialize and tools/list within {} ms",
+                    spec.limits.timeout_ms
+                ),
+                true,
+                vec![o.artifact],
+                started,
+            ));
+        }
+    };
+    let body = serde_json::json!({
+        "serverInfo": {"version": listed.version},
+        "tools": listed.tools,
+    });
+    out.write(body.to_string().as_bytes()).await?;
+    let o = out
+        .finish(Some(format!("{} tool(s) listed", listed.tools.len())))
+        .await?;
+    Ok(assemble(spec, o, None, Ended::code(0), None, started))
+}
+
 /// The one `tools/call` of a call.
 struct Request {
     tool: String,

@@ -42,6 +42,9 @@ pub async fn execute(
             crate::http::run_http(spec, credentials, &store, &redactor).await?
         }
         ExecutionAdapter::Builtin => run_builtin(spec, &store, &redactor).await?,
+        ExecutionAdapter::Mcp if spec.discover => {
+            crate::mcp::run_discover(spec, credentials, credentials_dir, &store, &redactor).await?
+        }
         ExecutionAdapter::Mcp => {
             crate::mcp::run_mcp(spec, credentials, credentials_dir, &store, &redactor).await?
         }

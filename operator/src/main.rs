@@ -284,7 +284,17 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
         descriptor::run(client.clone(), scope.clone()),
         grant::run(client.clone(), scope.clone()),
         readiness::run(client.clone(), config.broker.clone(), scope.clone()),
-        mcp_server::run(client.clone(), config.broker.clone(), scope.clone()),
+        mcp_server::run(
+            client.clone(),
+            config.broker.clone(),
+            scope.clone(),
+            mcp_server::Pods {
+                executor_image: config.executor_image.clone(),
+                artifacts: config.artifacts.clone(),
+                artifact_secret: config.artifact_secret.clone(),
+                artifact_egress: config.artifact_egress.clone(),
+            }
+        ),
         tool_policy::run(client.clone(), scope.clone()),
         call::run(
             client,

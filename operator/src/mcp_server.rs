@@ -7,7 +7,12 @@
 //! library's (`toolgate_executor::discover`).
 //!
 //! An HTTP server is listed from the operator under the SandboxPolicy's egress rules, with the
-//! CredentialBinding's brokered value as its bearer (the lease revoked once listed).
+//! CredentialBinding's brokered value as its bearer (the lease revoked once listed). A stdio
+//! server is listed inside a pod of its own, built like a call's (the executor image, the
+//! policy's hardened pod and NetworkPolicy, `toolgate_core::exec::discovery_spec`): the
+//! executor starts the command, lists its tools into the `tools` artifact, and the operator
+//! reads it from the artifact store, then deletes the pod. One discovery per
+//! `rediscoverSeconds`, or when the spec changes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +43,19 @@ mod reason {
     pub const DISCOVERY_FAILED: &str = "DiscoveryFailed";
     /// Its SandboxPolicy or CredentialBinding does not exist.
     pub const REFERENCE_MISSING: &str = "ReferenceMissing";
-    /// A stdio server: started by `toolgate local`; not on a cluster yet.
-    pub const STDIO_NOT_ON_CLUSTER: &str = "StdioNotOnCluster";
+}
+
+/// How discovery pods run: what calls' pods use.
+#[derive(Clone)]
+pub struct Pods {
+    /// The executor image.
+    pub executor_image: String,
+    /// Where the executor writes the list.
+    pub artifacts: toolgate_core::exec::ArtifactTarget,
+    /// The artifact store's credentials, as for calls.
+    pub artifact_secret: Option<String>,
+    /// CIDRs of the artifact store, opened in the discovery pod's NetworkPolicy.
+    pub artifact_egress: Vec<String>,
 }
 
 /// What a reconcile needs.
@@ -50,6 +66,8 @@ pub struct Context {
     pub broker: Arc<dyn CredentialBroker>,
     /// Publishes the Events.
     pub recorder: Recorder,
+    /// How discovery pods run.
+    pub pods: Pods,
 }
 
 /// Why a reconcile failed; retried with backoff.
@@ -69,7 +87,146 @@ pub enum Error {
 /// Why no list came back: the condition reason and words.
 struct Unlisted(&'static str, String);
 
-/// List the server's tools.
+async fn sandbox_policy(
+    ctx: &Context,
+    ns: &str,
+    spec: &McpServerSpec,
+) -> Result<SandboxPolicy, Unlisted> {
+    Api::<SandboxPolicy>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.sandbox_policy_ref.name)
+        .await
+        .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
+        .ok_or_else(|| {
+            Unlisted(
+                reason::REFERENCE_MISSING,
+                format!(
+                    "spec.sandboxPolicyRef: SandboxPolicy {} does not exist",
+                    spec.sandbox_policy_ref.name
+                ),
+            )
+        })
+}
+
+/// List a stdio server's tools in a pod of its own: `Ok(None)` while the pod runs.
+async fn list_in_pod(
+    ctx: &Context,
+    server: &McpServer,
+    ns: &str,
+) -> Result<Option<toolgate_executor::discover::Listed>, Unlisted> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let failed = |e: String| Unlisted(reason::DISCOVERY_FAILED, e);
+    let name = server.name_any();
+    let uid = server.metadata.uid.clone().unwrap_or_default();
+    let owner = crate::build::Owner {
+        kind: "McpServer",
+        name: &name,
+        namespace: ns,
+        uid: &uid,
+    };
+    let child = crate::build::child_name(&owner.subject());
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
+    let policies = Api::<NetworkPolicy>::namespaced(ctx.client.clone(), ns);
+    let Some(pod) = pods
+        .get_opt(&child)
+        .await
+        .map_err(|e| failed(e.to_string()))?
+    else {
+        let policy = sandbox_policy(ctx, ns, &server.spec).await?;
+        let confinement = toolgate_core::exec::confinement(&policy.spec)
+            .map_err(|e| failed(format!("SandboxPolicy {}: {e}", policy.name_any())))?;
+        let network_policy =
+            crate::build::network_policy(&owner, &policy.spec, None, &ctx.pods.artifact_egress)
+                .map_err(|e| failed(format!("SandboxPolicy {}: {e}", policy.name_any())))?;
+        let spec = toolgate_core::exec::discovery_spec(
+            ns,
+            &name,
+            &server.spec,
+            &policy.spec,
+            ctx.pods.artifacts.clone(),
+            Some(confinement),
+            Some(crate::build::WORKSPACE_DIR.into()),
+        );
+        let config_map =
+            crate::build::config_map(&owner, &spec).map_err(|e| failed(e.to_string()))?;
+        let pod = crate::build::pod(
+            &owner,
+            &crate::build::PodInput {
+                image: &ctx.pods.executor_image,
+                policy: &policy.spec,
+                timeout_ms: spec.limits.timeout_ms,
+                with_credential: false,
+                artifact_secret: ctx.pods.artifact_secret.as_deref(),
+                workspace_writable: false,
+            },
+        );
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        policies
+            .patch(&child, &pp, &Patch::Apply(&network_policy))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        maps.patch(&child, &pp, &Patch::Apply(&config_map))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        pods.patch(&child, &pp, &Patch::Apply(&pod))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        tracing::info!(server = %name, pod = %child, "discovering in a pod");
+        return Ok(None);
+    };
+    let status = pod.status.clone().unwrap_or_default();
+    let phase = status.phase.clone().unwrap_or_default();
+    if phase != "Succeeded" && phase != "Failed" {
+        return Ok(None);
+    }
+    let message = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.name == "executor"))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    // One discovery, one pod: whatever it said, its children go.
+    let dp = DeleteParams::default();
+    let _ = pods.delete(&child, &dp).await;
+    let _ = maps.delete(&child, &dp).await;
+    let _ = policies.delete(&child, &dp).await;
+    let result: toolgate_crds::CallResult = serde_json::from_str(message.trim()).map_err(|_| {
+        failed(format!(
+            "discovery pod {child} ended ({phase}{}) without a result",
+            status.reason.map(|r| format!(", {r}")).unwrap_or_default()
+        ))
+    })?;
+    if result.status != toolgate_crds::ResultStatus::Success {
+        return Err(failed(
+            result
+                .error
+                .map(|e| e.message)
+                .unwrap_or_else(|| "the discovery failed".into()),
+        ));
+    }
+    let artifact = result
+        .artifacts
+        .iter()
+        .find(|a| a.artifact_id == "tools")
+        .ok_or_else(|| failed("the discovery wrote no tools artifact".into()))?;
+    let store = toolgate_artifacts::ArtifactStore::open(&ctx.pods.artifacts)
+        .map_err(|e| failed(format!("the artifact store: {e}")))?;
+    let bytes = store
+        .read(&artifact.uri)
+        .await
+        .map_err(|e| failed(format!("reading {}: {e}", artifact.uri)))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| failed(e.to_string()))?;
+    Ok(Some(toolgate_executor::discover::Listed {
+        tools,
+        version: toolgate_core::mcp::saved_server_version(&text),
+    }))
+}
+
+/// List an HTTP server's tools from here.
 async fn list(
     ctx: &Context,
     ns: &str,
@@ -77,8 +234,8 @@ async fn list(
 ) -> Result<toolgate_executor::discover::Listed, Unlisted> {
     let Some(url) = &spec.url else {
         return Err(Unlisted(
-            reason::STDIO_NOT_ON_CLUSTER,
-            "a stdio McpServer (spec.command) is discovered and run by toolgate local; on a cluster give the server's streamable HTTP endpoint (spec.url)".into(),
+            reason::DISCOVERY_FAILED,
+            "spec.url is empty: an HTTP server has one".into(),
         ));
     };
     let policy = Api::<SandboxPolicy>::namespaced(ctx.client.clone(), ns)
@@ -176,9 +333,32 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     let spec = &server.spec;
     let generation = server.metadata.generation;
     let previous = server.status.clone().unwrap_or_default();
-    let again = Action::requeue(Duration::from_secs(u64::from(spec.rediscover_seconds)));
+    let every = Duration::from_secs(u64::from(spec.rediscover_seconds));
+    let again = Action::requeue(every);
+    // Our own status write wakes the controller: discover again only when due or changed.
+    let elapsed = previous.last_discovery.map(|t| {
+        let since = jiff::Timestamp::now().duration_since(t.0);
+        Duration::try_from(since).unwrap_or_default()
+    });
+    let running_in_pod = spec.url.is_none() && discovery_pod_exists(&ctx, &server, &ns).await;
+    if !running_in_pod
+        && previous.observed_generation == generation
+        && let Some(e) = elapsed
+        && e < every
+    {
+        return Ok(Action::requeue(every - e));
+    }
     let servers = Api::<McpServer>::namespaced(ctx.client.clone(), &ns);
-    let listed = match list(&ctx, &ns, spec).await {
+    let listed = if spec.url.is_some() {
+        list(&ctx, &ns, spec).await
+    } else {
+        match list_in_pod(&ctx, &server, &ns).await {
+            Ok(Some(l)) => Ok(l),
+            Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
+            Err(e) => Err(e),
+        }
+    };
+    let listed = match listed {
         Ok(l) => l,
         Err(Unlisted(why, message)) => {
             // The tools it had stay as they were: a server that is down hides nothing new and
@@ -316,16 +496,33 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     Ok(again)
 }
 
+/// Whether the server's discovery pod is there (a discovery under way).
+async fn discovery_pod_exists(ctx: &Context, server: &McpServer, ns: &str) -> bool {
+    let subject = format!("mcp-{}", server.name_any());
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&crate::build::child_name(&subject))
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+}
+
 fn error_policy(server: Arc<McpServer>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(server = %server.name_any(), %error, "McpServer reconcile failed");
     Action::requeue(backoff(2))
 }
 
 /// Run the McpServer controller until shutdown.
-pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate::scope::Scope) {
+pub async fn run(
+    client: Client,
+    broker: Arc<dyn CredentialBroker>,
+    scope: crate::scope::Scope,
+    pods: Pods,
+) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         broker,
+        pods,
         recorder: Recorder::new(
             client.clone(),
             Reporter {

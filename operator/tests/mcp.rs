@@ -3,8 +3,8 @@
 //! the operator lists its tools and registers them as ToolDescriptors it owns, `discovered` and
 //! out of every view; the status names each tool's digest, which a reviewer enables in Git;
 //! then an agent's ToolCall runs in its own pod, whose executor calls the server under the
-//! call's NetworkPolicy. A stdio server says it is for `toolgate local`; deleting the server
-//! deletes its tools.
+//! call's NetworkPolicy. A stdio server (PyPI `mcp-server-time`) is listed in a discovery pod of
+//! its own and its tool runs in a call's pod the same way; deleting a server deletes its tools.
 
 mod support;
 
@@ -14,6 +14,18 @@ use std::time::{Duration, Instant};
 
 use support::node_emulator::{self, NodeConfig};
 use support::{jsonpath, kubectl, ok, prepare, start_operator, wait_for};
+
+fn python_servers() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MCP_SERVERS") {
+        return Some(PathBuf::from(dir));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no MCP servers: CI runs this suite through tests/run.sh, which installs them"
+    );
+    eprintln!("skipping: run tests/run.sh to install the MCP servers");
+    None
+}
 
 fn node_servers() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("TOOLGATE_MCP_NODE") {
@@ -56,7 +68,8 @@ fn everything(node: &std::path::Path, port: u16) -> Everything {
     Everything(child)
 }
 
-fn manifests(ns: &str, url: &str, enabled: &str) -> String {
+fn manifests(ns: &str, url: &str, venv: &std::path::Path, enabled: &str, time: &str) -> String {
+    let venv = venv.display();
     format!(
         r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
@@ -79,20 +92,32 @@ spec:
   enabled: [{enabled}]
 ---
 apiVersion: toolgate.dev/v1alpha1
-kind: McpServer
-metadata: {{name: local-only, namespace: {ns}}}
+kind: SandboxPolicy
+metadata: {{name: mcp-time, namespace: {ns}}}
 spec:
-  command: [mcp-server-time]
+  mode: read_only
+  filesystem: {{readRoots: ["{venv}"], writeRoots: []}}
+  network: {{egress: none}}
+  environment: {{inheritedEnv: [PATH, LANG]}}
+  process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: time, namespace: {ns}}}
+spec:
+  command: ["{venv}/bin/mcp-server-time", "--local-timezone", "UTC"]
   trustLevel: first_party
-  sandboxPolicyRef: {{name: mcp-http}}
+  sandboxPolicyRef: {{name: mcp-time}}
+  rediscoverSeconds: 30
+  enabled: [{time}]
 ---
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolGrant
 metadata: {{name: everything-tools, namespace: {ns}}}
 spec:
   subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
-  tools: {{names: [everything.echo]}}
-  scopes: ["mcp:everything"]
+  tools: {{names: [everything.echo, time.get-current-time]}}
+  scopes: ["mcp:everything", "mcp:time"]
   reason: the reference server's echo, reviewed
 "#
     )
@@ -111,18 +136,27 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
     if !toolgate_testkit::have_cluster() {
         return;
     }
-    let Some(node) = node_servers() else { return };
+    let (Some(node), Some(venv)) = (node_servers(), python_servers()) else {
+        return;
+    };
     let port = support::free_port();
     let _server = everything(&node, port);
     let url = format!("http://127.0.0.1:{port}/mcp");
     let ns = prepare("tg-mcp");
-    ok(&["apply", "-f", "-"], Some(&manifests(&ns, &url, "")));
+    ok(
+        &["apply", "-f", "-"],
+        Some(&manifests(&ns, &url, &venv, "", "")),
+    );
     support::apply_agent_access(&ns);
     let _operator = start_operator(&ns, &[]);
     let _emulator = node_emulator::start(NodeConfig {
         namespace: ns.clone(),
         executor: node_emulator::executor_binary(),
-        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
+        // The emulated executor image carries the stdio server (its virtualenv).
+        shared: vec![
+            std::env::temp_dir().join("toolgate-operator-test-artifacts"),
+            venv.clone(),
+        ],
     });
 
     // Listed and registered, out of every view: discovered, owned by the server.
@@ -151,13 +185,25 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
             .parse::<u32>()
             .is_ok_and(|n| n > 5)
     );
-    // The stdio server says where it runs.
+    // The stdio server, listed in a discovery pod of its own.
     wait_for(
         &ns,
-        "mcpserver/local-only",
+        "mcpserver/time",
         "{.status.conditions[?(@.type==\"Ready\")].reason}",
-        &["StdioNotOnCluster"],
+        &["Discovered"],
     );
+    wait_for(
+        &ns,
+        "tooldescriptor/time.get-current-time",
+        "{.status.lifecycle}",
+        &["discovered"],
+    );
+    eventually("the discovery pod to go", || {
+        kubectl(&["get", "pod", "tg-mcp-time", "-n", &ns], None)
+            .1
+            .trim()
+            .is_empty()
+    });
 
     // The reviewer enables the digest the status shows; only then is it callable.
     let digest = jsonpath(
@@ -166,50 +212,68 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
         "{.status.tools[?(@.tool==\"echo\")].digest}",
     );
     assert!(digest.starts_with("sha256:"), "{digest}");
+    let time_digest = jsonpath(
+        &ns,
+        "mcpserver/time",
+        "{.status.tools[?(@.tool==\"get_current_time\")].digest}",
+    );
+    assert!(time_digest.starts_with("sha256:"), "{time_digest}");
     ok(
         &["apply", "-f", "-"],
         Some(&manifests(
             &ns,
             &url,
+            &venv,
             &format!("{{tool: echo, digest: \"{digest}\"}}"),
+            &format!("{{tool: get_current_time, digest: \"{time_digest}\"}}"),
         )),
     );
-    wait_for(
-        &ns,
-        "tooldescriptor/everything.echo",
-        "{.status.lifecycle}",
-        &["enabled"],
-    );
-    let call = toolgate_testkit::fixtures::call(
-        &ns,
-        "echo-over-mcp",
-        "everything.echo",
-        "{message: hello from a pod}",
-        "team-a",
-    )
-    .replace("actionType: execute", "actionType: read");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (created, _, err) = kubectl(&["--context", "agent", "create", "-f", "-"], Some(&call));
-        if created {
-            break;
-        }
-        assert!(Instant::now() < deadline, "creating the call: {err}");
-        std::thread::sleep(Duration::from_millis(500));
+    for d in ["everything.echo", "time.get-current-time"] {
+        wait_for(
+            &ns,
+            &format!("tooldescriptor/{d}"),
+            "{.status.lifecycle}",
+            &["enabled"],
+        );
     }
-    let phase = wait_for(
-        &ns,
-        "toolcall/echo-over-mcp",
-        "{.status.phase}",
-        &["Succeeded", "Failed", "Denied"],
-    );
-    let preview = jsonpath(
-        &ns,
-        "toolcall/echo-over-mcp",
-        "{.status.result.outputPreview}",
-    );
-    assert_eq!(phase, "Succeeded", "{preview}");
-    assert!(preview.contains("hello from a pod"), "{preview}");
+    for (name, tool, args, holds) in [
+        (
+            "echo-over-mcp",
+            "everything.echo",
+            "{message: hello from a pod}",
+            "hello from a pod",
+        ),
+        (
+            "time-over-mcp",
+            "time.get-current-time",
+            "{timezone: Europe/Paris}",
+            "Europe/Paris",
+        ),
+    ] {
+        let call = toolgate_testkit::fixtures::call(&ns, name, tool, args, "team-a")
+            .replace("actionType: execute", "actionType: read");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (created, _, err) =
+                kubectl(&["--context", "agent", "create", "-f", "-"], Some(&call));
+            if created {
+                break;
+            }
+            assert!(Instant::now() < deadline, "creating the call: {err}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let object = format!("toolcall/{name}");
+        let phase = wait_for(
+            &ns,
+            &object,
+            "{.status.phase}",
+            &["Succeeded", "Failed", "Denied"],
+        );
+        let preview = jsonpath(&ns, &object, "{.status.result.outputPreview}");
+        let conditions = jsonpath(&ns, &object, "{.status.conditions}");
+        assert_eq!(phase, "Succeeded", "{tool}: {preview} {conditions}");
+        assert!(preview.contains(holds), "{tool}: {preview}");
+    }
 
     // Deleting the server deletes its tools (owner references).
     ok(&["delete", "mcpserver/everything", "-n", &ns], None);

@@ -73,10 +73,12 @@ pub fn child_name(call: &str) -> String {
     format!("{}-{hash}", keep.trim_end_matches(['-', '.']))
 }
 
-/// What identifies the owning call.
+/// What identifies the object a pod runs for: a ToolCall, or an McpServer being discovered.
 #[derive(Debug, Clone)]
 pub struct Owner<'a> {
-    /// Call name.
+    /// `ToolCall` or `McpServer`.
+    pub kind: &'a str,
+    /// Its name.
     pub name: &'a str,
     /// Namespace.
     pub namespace: &'a str,
@@ -84,10 +86,21 @@ pub struct Owner<'a> {
     pub uid: &'a str,
 }
 
+impl Owner<'_> {
+    /// What its children are named for: the call, or `mcp-<server>` (so a call and a server of
+    /// the same name never share children).
+    pub fn subject(&self) -> String {
+        match self.kind {
+            "ToolCall" => self.name.to_string(),
+            _ => format!("mcp-{}", self.name),
+        }
+    }
+}
+
 fn owner_reference(o: &Owner<'_>) -> OwnerReference {
     OwnerReference {
         api_version: toolgate_crds::API_VERSION.into(),
-        kind: "ToolCall".into(),
+        kind: o.kind.into(),
         name: o.name.into(),
         uid: o.uid.into(),
         controller: Some(true),
@@ -97,10 +110,10 @@ fn owner_reference(o: &Owner<'_>) -> OwnerReference {
 
 pub(crate) fn meta(o: &Owner<'_>, component: &str) -> ObjectMeta {
     ObjectMeta {
-        name: Some(child_name(o.name)),
+        name: Some(child_name(&o.subject())),
         namespace: Some(o.namespace.into()),
         labels: Some(BTreeMap::from([
-            (CALL_LABEL.to_string(), label_value(o.name)),
+            (CALL_LABEL.to_string(), label_value(&o.subject())),
             (COMPONENT_LABEL.to_string(), component.to_string()),
             (
                 "app.kubernetes.io/managed-by".to_string(),

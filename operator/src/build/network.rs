@@ -152,7 +152,7 @@ pub fn network_policy(
             pod_selector: Some(LabelSelector {
                 match_labels: Some(BTreeMap::from([(
                     CALL_LABEL.to_string(),
-                    label_value(o.name),
+                    label_value(&o.subject()),
                 )])),
                 ..Default::default()
             }),

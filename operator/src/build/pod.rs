@@ -96,7 +96,7 @@ fn runtime_default() -> SeccompProfile {
 /// The volumes and where the executor sees them (the spec, the workspace, a private /tmp, the
 /// credential when there is one), and the executor's arguments that name them.
 fn storage(o: &Owner<'_>, input: &PodInput<'_>) -> (Vec<Volume>, Vec<VolumeMount>, Vec<String>) {
-    let name = child_name(o.name);
+    let name = child_name(&o.subject());
     let tmp_mb = input.policy.filesystem.temp_dir_size_mb.unwrap_or(64);
     let mount = |name: &str, path: &str, read_only: Option<bool>| VolumeMount {
         name: name.into(),

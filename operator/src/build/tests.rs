@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use toolgate_crds::SandboxPolicySpec;
 
 const OWNER: Owner<'static> = Owner {
+    kind: "ToolCall",
     name: "fix-serializer-3",
     namespace: "team-a",
     uid: "0b8a-uid",

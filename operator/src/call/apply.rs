@@ -40,6 +40,7 @@ pub(super) async fn start(
     };
     let uid = call.metadata.uid.clone().unwrap_or_default();
     let owner = Owner {
+        kind: "ToolCall",
         name: &name,
         namespace: ns,
         uid: &uid,

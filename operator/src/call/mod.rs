@@ -289,6 +289,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             let current = status.clone();
             let uid = call.metadata.uid.clone().unwrap_or_default();
             let owner = build::Owner {
+                kind: "ToolCall",
                 name: &name,
                 namespace: ns,
                 uid: &uid,
