@@ -458,3 +458,167 @@ spec:
         .contains("erase_note changed")
     });
 }
+
+/// npm `server-filesystem` and PyPI `mcp-server-git` on the cluster: each listed in its
+/// discovery pod, enabled from the status and called in a call's pod (the emulated executor
+/// image carries Node's packages and the virtualenv; the repository is one the suite made).
+#[test]
+fn the_filesystem_and_git_servers_run_in_pods_on_the_cluster() {
+    if !toolgate_testkit::have_cluster() {
+        return;
+    }
+    let (Some(node), Some(venv)) = (node_servers(), python_servers()) else {
+        return;
+    };
+    let repo = tempfile::tempdir().expect("repo");
+    std::fs::write(repo.path().join("README.md"), "a repository\n").expect("file");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "README.md"],
+        &[
+            "-c",
+            "user.email=ci@example.com",
+            "-c",
+            "user.name=ci",
+            "commit",
+            "-qm",
+            "start",
+        ],
+    ] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(repo.path())
+            .status()
+            .expect("git");
+        assert!(ok.success(), "git {args:?}");
+    }
+    let repo_path = repo.path().display().to_string();
+    let ns = prepare("tg-mcp-ref");
+    let manifests = |enabled: &dyn Fn(&str) -> String| {
+        format!(
+            r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: mcp-ref, namespace: {ns}}}
+spec:
+  mode: read_only
+  filesystem: {{cwd: workspace, readRoots: [workspace, "{venv}", "{node}", "{repo}"], writeRoots: []}}
+  network: {{egress: none}}
+  environment: {{inheritedEnv: [PATH, LANG]}}
+  process: {{timeoutMs: 30000, maxMemoryMb: 512, maxProcesses: 64, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: filesystem, namespace: {ns}}}
+spec:
+  command: ["{node}/node_modules/.bin/mcp-server-filesystem", "/workspace"]
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-ref}}
+  rediscoverSeconds: 60
+  enabled: [{fs}]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: McpServer
+metadata: {{name: git, namespace: {ns}}}
+spec:
+  command: ["{venv}/bin/mcp-server-git"]
+  trustLevel: first_party
+  sandboxPolicyRef: {{name: mcp-ref}}
+  rediscoverSeconds: 60
+  enabled: [{git}]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: reference-tools, namespace: {ns}}}
+spec:
+  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
+  tools: {{names: [filesystem.list-allowed-directories, git.git-log]}}
+  scopes: ["mcp:filesystem", "mcp:git"]
+  reason: the reference servers' read-only tools, reviewed
+"#,
+            venv = venv.display(),
+            node = node.display(),
+            repo = repo_path,
+            fs = enabled("filesystem"),
+            git = enabled("git"),
+        )
+    };
+    ok(&["apply", "-f", "-"], Some(&manifests(&|_| String::new())));
+    support::apply_agent_access(&ns);
+    let _operator = start_operator(&ns, &[]);
+    let _emulator = node_emulator::start(NodeConfig {
+        namespace: ns.clone(),
+        executor: node_emulator::executor_binary(),
+        shared: vec![
+            std::env::temp_dir().join("toolgate-operator-test-artifacts"),
+            venv.clone(),
+            node.clone(),
+            repo.path().to_path_buf(),
+        ],
+    });
+    let cases = [
+        (
+            "filesystem",
+            "list_allowed_directories",
+            "filesystem.list-allowed-directories",
+            "{}".to_string(),
+            "/workspace",
+        ),
+        (
+            "git",
+            "git_log",
+            "git.git-log",
+            format!("{{repo_path: \"{repo_path}\", max_count: 1}}"),
+            "start",
+        ),
+    ];
+    let mut digests = std::collections::HashMap::new();
+    for (server, tool, descriptor, _, _) in &cases {
+        wait_for(
+            &ns,
+            &format!("tooldescriptor/{descriptor}"),
+            "{.status.lifecycle}",
+            &["discovered"],
+        );
+        let digest = jsonpath(
+            &ns,
+            &format!("mcpserver/{server}"),
+            &format!("{{.status.tools[?(@.tool==\"{tool}\")].digest}}"),
+        );
+        assert!(digest.starts_with("sha256:"), "{server}: {digest}");
+        digests.insert(
+            server.to_string(),
+            format!("{{tool: {tool}, digest: \"{digest}\"}}"),
+        );
+    }
+    ok(
+        &["apply", "-f", "-"],
+        Some(&manifests(&|s| digests.get(s).cloned().unwrap_or_default())),
+    );
+    for (_, _, descriptor, args, holds) in &cases {
+        wait_for(
+            &ns,
+            &format!("tooldescriptor/{descriptor}"),
+            "{.status.lifecycle}",
+            &["enabled"],
+        );
+        let name = descriptor.replace('.', "-");
+        let call = toolgate_testkit::fixtures::call(&ns, &name, descriptor, args, "team-a")
+            .replace("actionType: execute", "actionType: read");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !kubectl(&["--context", "agent", "create", "-f", "-"], Some(&call)).0 {
+            assert!(Instant::now() < deadline, "creating the call");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let object = format!("toolcall/{name}");
+        let phase = wait_for(
+            &ns,
+            &object,
+            "{.status.phase}",
+            &["Succeeded", "Failed", "Denied"],
+        );
+        let preview = jsonpath(&ns, &object, "{.status.result.outputPreview}");
+        let conditions = jsonpath(&ns, &object, "{.status.conditions}");
+        assert_eq!(phase, "Succeeded", "{descriptor}: {preview} {conditions}");
+        assert!(preview.contains(holds), "{descriptor}: {preview}");
+    }
+}
