@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod client;
 mod crds_cmd;
 mod demo;
+mod eval_cmd;
 mod exit;
 mod gitops;
 mod lint_cmd;
@@ -109,6 +110,10 @@ enum Command {
     /// Run the embedded runtime: manifests from a folder, the gRPC API on loopback, every call
     /// in a Linux sandbox.
     Local(local_cmd::LocalArgs),
+    /// Regression-test the tool metadata: prompts (and every descriptor's examples) against the
+    /// view compiler — precision and recall at k, unsafe exposure, approval trigger rate; exits
+    /// 1 under the thresholds or, with --baseline, when a metric got worse.
+    Eval(eval_cmd::EvalArgs),
     /// Play "an agent fixes a failing test" through the gRPC API of a fresh embedded runtime.
     Demo {
         /// Keep the demo's temporary folder (store, event logs, artifacts, workspace).
@@ -283,6 +288,7 @@ fn main() -> ExitCode {
             ),
         },
         Command::Local(args) => local_cmd::run(&args),
+        Command::Eval(args) => eval_cmd::run(&args),
         Command::Demo { keep } => demo::run(keep),
         Command::Executor(args) => Ok(toolgate_executor::cli::main(&args)),
         Command::Client(cmd) => client::run(&cli.conn, cmd),

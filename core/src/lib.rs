@@ -9,6 +9,7 @@ pub mod budget;
 pub mod cedar;
 pub mod decision;
 pub mod digest;
+pub mod eval;
 pub mod exec;
 pub mod lifecycle;
 pub mod lint;

@@ -5,7 +5,6 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
 use serde_json::Value;
 use support::{example_registry, now, root};
 use toolgate_core::principal::Principal;
@@ -209,21 +208,13 @@ fn approval_hints_and_negative_hints_and_failures() {
     assert_ne!(top, after, "recent failures lower a tool's rank");
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Golden {
-    intent: String,
-    action_type: Option<ActionType>,
-    top: String,
-}
-
 #[test]
 fn golden_prompts_select_the_expected_tool() {
     let r = example_registry();
     let none = BTreeMap::new();
     let text =
         std::fs::read_to_string(root().join("tests/golden/tool-selection.yaml")).expect("golden");
-    let cases: Vec<Golden> = serde_norway::from_str(&text).expect("golden yaml");
+    let cases = toolgate_core::eval::parse_prompts(&text, "tool-selection.yaml").expect("golden");
     assert!(cases.len() >= 8);
     let mut misses = Vec::new();
     for c in &cases {
@@ -241,11 +232,12 @@ fn golden_prompts_select_the_expected_tool() {
             .first()
             .map(|t| t.name.as_str())
             .unwrap_or("<none>");
-        if got != c.top {
+        let top = c.expect.first().map(String::as_str).unwrap_or("<none>");
+        if got != top {
             misses.push(format!(
                 "{:?}: expected {}, got {} ({:?})",
                 c.intent,
-                c.top,
+                top,
                 got,
                 names(&v)
             ));
