@@ -182,6 +182,9 @@ enum McpCommand {
         /// The CredentialBinding sent as an HTTP server's bearer token.
         #[arg(long, requires = "url")]
         credential_binding: Option<String>,
+        /// The image a stdio server's pods run on a cluster (the McpServer's spec.image).
+        #[arg(long, conflicts_with = "url")]
+        image: Option<String>,
         /// The command that starts the server (stdio), run inside each call's sandbox.
         #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
@@ -312,6 +315,7 @@ fn main() -> ExitCode {
             file,
             url,
             credential_binding,
+            image,
             command,
         }) => mcp_cmd::normalize(
             &toolgate_core::mcp::ServerConfig {
@@ -321,6 +325,7 @@ fn main() -> ExitCode {
                 command: &command,
                 url: url.as_deref(),
                 credential_binding: credential_binding.as_deref(),
+                image: image.as_deref(),
                 sandbox_policy: &sandbox_policy,
                 version: server_version.as_deref(),
             },

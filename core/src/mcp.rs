@@ -47,6 +47,8 @@ pub struct ServerConfig<'a> {
     pub url: Option<&'a str>,
     /// The CredentialBinding sent as an HTTP server's bearer token.
     pub credential_binding: Option<&'a str>,
+    /// The image a stdio server's pods run on a cluster, if not the executor image.
+    pub image: Option<&'a str>,
     /// The SandboxPolicy every call of its tools runs under.
     pub sandbox_policy: &'a str,
     /// The server's version, if known (`serverInfo.version`); else `0.0.0`.
@@ -447,7 +449,7 @@ fn normalize_one(
         },
         execution: Execution {
             adapter: ExecutionAdapter::Mcp,
-            image: None,
+            image: server.image.map(str::to_string),
             argv: server.command.to_vec(),
             stdin: None,
             working_dir: None,
@@ -542,6 +544,7 @@ pub fn server_manifests(
             .credential_binding_ref
             .as_ref()
             .map(|r| r.name.as_str()),
+        image: spec.image.as_deref(),
         sandbox_policy: &spec.sandbox_policy_ref.name,
         version,
     };
@@ -627,6 +630,7 @@ mod tests {
             command: &CMD,
             url: None,
             credential_binding: None,
+            image: None,
             sandbox_policy: "mcp-time",
             version: Some("2026.10.19"),
         }

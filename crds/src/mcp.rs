@@ -71,6 +71,12 @@ pub struct McpServerSpec {
         regex(pattern = r"^https?://[^\s/]+(/\S*)?$")
     )]
     pub url: Option<String>,
+    /// On a cluster, the image a stdio server's pods run (its discovery and every call of its
+    /// tools): the executor image with the server inside. Default: the operator's executor
+    /// image. `toolgate local` runs the command from the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
     /// The CredentialBinding whose value is sent as `Authorization: Bearer <value>` to an HTTP
     /// server, brokered for each call (and for discovery) and never shown to a model.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -153,7 +153,11 @@ async fn list_in_pod(
         let pod = crate::build::pod(
             &owner,
             &crate::build::PodInput {
-                image: &ctx.pods.executor_image,
+                image: server
+                    .spec
+                    .image
+                    .as_deref()
+                    .unwrap_or(&ctx.pods.executor_image),
                 policy: &policy.spec,
                 timeout_ms: spec.limits.timeout_ms,
                 with_credential: false,

@@ -106,6 +106,7 @@ kind: McpServer
 metadata: {{name: time, namespace: {ns}}}
 spec:
   command: ["{venv}/bin/mcp-server-time", "--local-timezone", "UTC"]
+  image: toolgate-executor-mcp-time:1.0
   trustLevel: first_party
   sandboxPolicyRef: {{name: mcp-time}}
   rediscoverSeconds: 30
@@ -197,6 +198,15 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
         "tooldescriptor/time.get-current-time",
         "{.status.lifecycle}",
         &["discovered"],
+    );
+    // Its tools run in the image the server names (the executor with the server inside).
+    assert_eq!(
+        jsonpath(
+            &ns,
+            "tooldescriptor/time.get-current-time",
+            "{.spec.execution.image}"
+        ),
+        "toolgate-executor-mcp-time:1.0"
     );
     eventually("the discovery pod to go", || {
         kubectl(&["get", "pod", "tg-mcp-time", "-n", &ns], None)
