@@ -1845,3 +1845,140 @@ fn the_agent_api_requires_client_certificates_when_told() {
         String::from_utf8_lossy(&served.stderr)
     );
 }
+
+/// `toolgate mcp serve --listen` in front of the operator's agent API (TLS, Kubernetes tokens):
+/// the official Python MCP SDK lists the agent's tools, calls one through a pod, sees an
+/// approval-needing call answer at once, and gets its result after the reviewer approves over
+/// gRPC — the same session as against `toolgate local`.
+#[test]
+fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
+    use std::io::{BufRead, Write};
+    use std::process::Command;
+    use toolgate_proto::v1 as pb;
+    let Some(venv) = std::env::var_os("TOOLGATE_MCP_SERVERS").map(std::path::PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no MCP SDK: tests/run.sh installs it"
+        );
+        return;
+    };
+    let port = support::free_port();
+    let grpc = format!("127.0.0.1:{port}");
+    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let Some(c) = cluster_with("tg-mcp-serve", &tls) else {
+        return;
+    };
+    let ns = c.ns.clone();
+    // The agent's grant (the suite's own names the namespace's fixer).
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: agent, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]\n  tools: {{names: [test.echo, test.gated]}}\n  scopes: [\"workspace:read\"]\n"
+        )),
+    );
+    support::apply_agent_access(&ns);
+    for tool in ["test.echo", "test.gated"] {
+        wait_for(
+            &ns,
+            &format!("tooldescriptor/{tool}"),
+            "{.status.lifecycle}",
+            &["enabled"],
+        );
+    }
+    let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let mut api = rt.block_on(toolgate_testkit::api::grpc_tls_client(&grpc));
+    let mut gateway = Command::new(support::toolgate_cli())
+        .args(["--server", &format!("https://localhost:{port}")])
+        .arg("--ca")
+        .arg(&toolgate_testkit::api::TestTls::get().cert)
+        .args([
+            "mcp",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--namespace",
+            &ns,
+        ])
+        .args(["--intent", "greet the user", "--wait-seconds", "60"])
+        .env_remove("TOOLGATE_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(support::log_file())
+        .spawn()
+        .expect("mcp serve");
+    let mut line = String::new();
+    std::io::BufReader::new(gateway.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("line");
+    let url = line
+        .split("streamable HTTP on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .trim()
+        .to_string();
+    let mut client = Command::new(venv.join("bin/python"))
+        .arg(root().join("local/tests/support/mcp_client.py"))
+        .env("MCP_URL", &url)
+        .env("TOOLGATE_TOKEN", &agent)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the Python MCP client");
+    let mut to_client = client.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
+    let mut next = |want: &str| -> serde_json::Value {
+        let l = lines
+            .next()
+            .unwrap_or_else(|| panic!("the client ended before {want}"))
+            .expect("line");
+        let v: serde_json::Value = serde_json::from_str(&l).expect("json line");
+        assert_eq!(v["event"], want, "{v}");
+        v
+    };
+    let tools = next("tools");
+    assert!(tools["names"].to_string().contains("test.echo"), "{tools}");
+    let echo = next("echo");
+    assert_eq!(echo["isError"], false, "{echo}");
+    assert!(
+        echo["text"].to_string().contains("hello over mcp"),
+        "{echo}"
+    );
+    let gated = next("gated");
+    assert_eq!(gated["state"]["phase"], "AwaitingApproval", "{gated}");
+    let id = gated["state"]["callId"].as_str().expect("id").to_string();
+    rt.block_on(async {
+        let shown = wait_call(&mut api, &agent, &id, &["AwaitingApproval"]).await;
+        api.approve_call(support::authorized(
+            &reviewer,
+            pb::ApproveCallRequest {
+                id: shown.id.clone(),
+                args_digest: shown.args_digest.clone(),
+                tool_digest: shown.tool_digest.clone(),
+                for_session: false,
+                ttl_seconds: 300,
+                comment: "over MCP".into(),
+            },
+        ))
+        .await
+        .expect("approved");
+    });
+    writeln!(to_client, "approved").expect("tell the client");
+    let approved = next("approved");
+    assert_eq!(approved["isError"], false, "{approved}");
+    assert!(
+        approved["text"]
+            .to_string()
+            .contains("after a human said yes"),
+        "{approved}"
+    );
+    assert_eq!(next("bad")["isError"], true);
+    assert_eq!(next("unknown")["isError"], true);
+    drop(to_client);
+    assert!(client.wait().expect("client").success());
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+}
