@@ -188,8 +188,8 @@ pub(crate) async fn run_discover(
                 ResultStatus::Error,
                 "timeout",
                 &format!(
-                    "no answer to initialize and tools/list within {} ms",
-                    spec.limits.timeout_ms
+                    "no answer to initialize and tools/list within {} s",
+                    spec.limits.timeout_ms.div_ceil(1000)
                 ),
                 true,
                 vec![o.artifact],

@@ -11,7 +11,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rmcp::transport::TokioChildProcess;
 use toolgate_core::manifest::Spec;
 use toolgate_crds::{CredentialBindingSpec, McpServerSpec, SandboxPolicySpec};
 use toolgate_sandbox::plan::Context;
@@ -114,6 +113,21 @@ async fn list_tools_http(
     })
 }
 
+/// A discovery's folder under the data folder, removed when the discovery is done.
+struct RunFolder(std::path::PathBuf);
+
+impl RunFolder {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for RunFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// List a server's tools: a stdio server sandboxed by `policy`, an HTTP one under its egress.
 pub(crate) async fn list_tools(
     config: &Config,
@@ -139,37 +153,122 @@ pub(crate) async fn list_tools(
         },
     )
     .map_err(|e| format!("its SandboxPolicy cannot be honoured here: {e}"))?;
-    let Some((program, rest)) = spec.command.split_first() else {
+    if spec.command.is_empty() {
         return Err("spec.command is empty".into());
+    }
+    // The executor lists the tools in its `discover` mode, inside the sandbox, as it would call
+    // one: the policy's environment, seccomp and Landlock apply to the server from its start.
+    let mut plan = plan;
+    let Some((executor, lead)) = config.executor.split_first() else {
+        return Err("no executor configured".into());
     };
-    let args: Vec<OsString> = rest.iter().map(OsString::from).collect();
-    let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
+    let run_dir = config.data.join("runs").join(format!(
+        "discovery-{label}-{}",
+        jiff::Timestamp::now().as_nanosecond()
+    ));
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("its run folder: {e}"))?;
+    let run = RunFolder(run_dir);
+    let (creds, out, artifacts) = (
+        run.path().join("credentials"),
+        run.path().join("out"),
+        run.path().join("artifacts"),
+    );
+    for d in [&creds, &out, &artifacts] {
+        std::fs::create_dir_all(d).map_err(|e| format!("its run folder: {e}"))?;
+    }
+    let confinement = toolgate_sandbox::plan::confinement(policy)
+        .map_err(|e| format!("its SandboxPolicy cannot be honoured here: {e}"))?;
+    let exec_spec = toolgate_core::exec::discovery_spec(
+        namespace,
+        label,
+        spec,
+        policy,
+        toolgate_core::exec::ArtifactTarget::Local {
+            dir: artifacts.display().to_string(),
+        },
+        Some(confinement),
+        Some(plan.cwd.display().to_string()),
+    );
+    let spec_path = run.path().join("spec.json");
+    let json = serde_json::to_vec(&exec_spec).map_err(|e| format!("its spec: {e}"))?;
+    std::fs::write(&spec_path, json).map_err(|e| format!("its spec: {e}"))?;
+    plan.expose_read_only(std::path::PathBuf::from(executor));
+    plan.expose_read_only(&spec_path);
+    plan.expose_read_only(&creds);
+    plan.expose_writable(&out);
+    plan.expose_writable(&artifacts);
+    let result_path = out.join("result.json");
+    let mut args: Vec<OsString> = lead.to_vec();
+    args.extend([
+        "--spec".into(),
+        spec_path.clone().into(),
+        "--credentials".into(),
+        creds.clone().into(),
+        "--result".into(),
+        result_path.clone().into(),
+    ]);
+    let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(executor), &args, label)
         .map_err(|e| format!("preparing its sandbox: {e}"))?;
-    let command = tokio::process::Command::from(std::mem::replace(
+    let mut command = tokio::process::Command::from(std::mem::replace(
         &mut sandboxed.command,
         std::process::Command::new("true"),
     ));
-    let listed = async {
-        let (transport, _) = TokioChildProcess::builder(command)
-            .stderr(Stdio::null())
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let waited = async {
+        let mut child = command
             .spawn()
-            .map_err(|e| format!("starting {program:?}: {e}"))?;
-        toolgate_executor::discover::list_over(transport)
+            .map_err(|e| format!("starting its sandbox: {e}"))?;
+        child
+            .wait()
             .await
-            .map(|l| ServerTools {
-                tools: l.tools,
-                version: l.version,
-            })
+            .map_err(|e| format!("waiting for its sandbox: {e}"))
     };
-    let result = match tokio::time::timeout(deadline, listed).await {
-        Ok(r) => r,
-        Err(_) => Err(format!(
-            "no answer to initialize and tools/list within {} s",
-            deadline.as_secs()
-        )),
-    };
+    // The executor holds the discovery deadline itself; this is the backstop.
+    let waited = tokio::time::timeout(deadline + Duration::from_secs(5), waited).await;
     sandboxed.cleanup();
-    result
+    match waited {
+        Err(_) => {
+            return Err(format!(
+                "no answer to initialize and tools/list within {} s",
+                deadline.as_secs()
+            ));
+        }
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(_)) => {}
+    }
+    let result: toolgate_crds::CallResult = std::fs::read(&result_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| "the discovery wrote no result".to_string())?;
+    if result.status != toolgate_crds::ResultStatus::Success {
+        return Err(result
+            .error
+            .map(|e| e.message)
+            .unwrap_or_else(|| "the discovery failed".into()));
+    }
+    let artifact = result
+        .artifacts
+        .iter()
+        .find(|a| a.artifact_id == "tools")
+        .ok_or_else(|| "the discovery wrote no tools artifact".to_string())?;
+    let store =
+        toolgate_artifacts::ArtifactStore::open(&toolgate_core::exec::ArtifactTarget::Local {
+            dir: artifacts.display().to_string(),
+        })
+        .map_err(|e| format!("its artifacts: {e}"))?;
+    let bytes = store
+        .read(&artifact.uri)
+        .await
+        .map_err(|e| format!("reading its tools: {e}"))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| e.to_string())?;
+    Ok(ServerTools {
+        tools,
+        version: toolgate_core::mcp::saved_server_version(&text),
+    })
 }
 
 impl Runtime {
