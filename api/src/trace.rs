@@ -142,7 +142,7 @@ impl CallTracer {
             let mut attributes = vec![
                 KeyValue::new("gen_ai.tool.call.id", call.name.to_string()),
                 KeyValue::new("toolgate.step", step.kind),
-                KeyValue::new("toolgate.step.status", condition_status(step.status)),
+                KeyValue::new("toolgate.step.status", step.status.as_str()),
                 KeyValue::new("toolgate.step.reason", step.reason.clone()),
             ];
             if let Some(phase) = step.phase {
@@ -328,14 +328,6 @@ fn remote_parent(traceparent: &str) -> Option<SpanContext> {
     let cx = TraceContextPropagator::new().extract(&carrier);
     let sc = cx.span().span_context().clone();
     sc.is_valid().then_some(sc)
-}
-
-fn condition_status(s: ConditionStatus) -> &'static str {
-    match s {
-        ConditionStatus::True => "True",
-        ConditionStatus::False => "False",
-        ConditionStatus::Unknown => "Unknown",
-    }
 }
 
 /// The ids of a call's spans: its trace (the agent's, or one of its own), its span, its parent.

@@ -147,6 +147,29 @@ pub trait CredentialBroker: Send + Sync + 'static {
     ) -> BrokerFuture<'a, String>;
 }
 
+/// A credential for the span of `use_it` alone: issued for `request`, its value handed to
+/// `use_it`, its lease (if any) revoked as soon as `use_it` is done — what a discovery needs (a
+/// call's lease, kept with the call, is revoked when the call ends instead). A failed revoke is
+/// logged; the lease then expires with its TTL.
+pub async fn lend<T, F, Fut>(
+    broker: &dyn CredentialBroker,
+    request: Request<'_>,
+    use_it: F,
+) -> Result<T, BrokerError>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let issued = broker.issue(request).await?;
+    let out = use_it(issued.value.expose().to_string()).await;
+    if let Some(lease) = &issued.lease
+        && let Err(e) = broker.revoke(lease).await
+    {
+        tracing::warn!(binding = %lease.binding, error = %e, "revoking a lent credential's lease");
+    }
+    Ok(out)
+}
+
 /// No broker: every binding fails with [`BrokerError::NotConfigured`].
 #[derive(Debug, Default)]
 pub struct NoBroker;

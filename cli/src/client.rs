@@ -189,11 +189,9 @@ impl Client {
             .token
             .as_deref()
             .context("no token: pass --token or set TOOLGATE_TOKEN")?;
-        let tls = Tls {
-            ca: conn.ca.clone(),
-            identity: conn.client_cert.clone().zip(conn.client_key.clone()),
-        };
-        Client::connect(&conn.server, token, &tls).await
+        Ok(Client::from_conn_without_token(conn)
+            .await?
+            .with_token(token))
     }
 
     /// The same connection, acting as the holder of another token.

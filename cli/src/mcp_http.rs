@@ -55,7 +55,10 @@ impl Verifier {
         });
         match c.api().list_calls(r).await {
             Ok(_) => {
-                self.accepted.lock().await.insert(key, Instant::now());
+                let mut accepted = self.accepted.lock().await;
+                // Old entries go as new ones come: the map holds the tokens of the last TTL.
+                accepted.retain(|_, at| at.elapsed() < TOKEN_TTL);
+                accepted.insert(key, Instant::now());
                 Ok(true)
             }
             Err(s) if s.code() == tonic::Code::Unauthenticated => Ok(false),

@@ -212,6 +212,17 @@ pub enum ConditionStatus {
     Unknown,
 }
 
+impl ConditionStatus {
+    /// As it is written in a status (`True`, `False`, `Unknown`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
 /// A status condition in the standard Kubernetes form.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,5 +1,5 @@
-//! Listing an MCP server's tools (`initialize`, every page of `tools/list`, its version), written
-//! once for whoever discovers: the embedded runtime (a stdio server in its sandbox, an HTTP one
+//! Listing an MCP server's tools (`initialize`, every page of `tools/list`, its version), and
+//! reading back what the executor's `discover` mode listed, written once for whoever discovers: the embedded runtime (a stdio server in its sandbox, an HTTP one
 //! from the runtime) and the operator (an HTTP server from the operator's pod). An HTTP server
 //! is reached under the SandboxPolicy's egress rules, through the same client the `http`
 //! adapter uses.
@@ -25,10 +25,8 @@ pub struct Listed {
 pub struct HttpTarget<'a> {
     /// The streamable HTTP endpoint.
     pub url: &'a str,
-    /// The SandboxPolicy's `network.allowDomains`.
-    pub allowed_domains: &'a [String],
-    /// The SandboxPolicy's `network.denyPrivateNetworks`.
-    pub deny_private_networks: bool,
+    /// The SandboxPolicy's network rules: its egress, allowed domains, private networks.
+    pub network: &'a toolgate_crds::NetworkPolicy,
     /// The bearer token (a brokered credential), if the server wants one.
     pub bearer: Option<&'a str>,
 }
@@ -57,12 +55,18 @@ where
 
 /// List an HTTP server's tools within `deadline`.
 pub async fn list_http(target: HttpTarget<'_>, deadline: Duration) -> Result<Listed, String> {
+    if target.network.egress == toolgate_crds::EgressMode::None {
+        return Err(format!(
+            "its SandboxPolicy allows no egress, so {} cannot be reached",
+            target.url
+        ));
+    }
     let parsed =
         reqwest::Url::parse(target.url).map_err(|e| format!("url {:?}: {e}", target.url))?;
     let client = crate::http::egress_client_with(
         &parsed,
-        target.allowed_domains,
-        target.deny_private_networks,
+        &target.network.allow_domains,
+        target.network.deny_private_networks,
         deadline,
     )?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(target.url);
@@ -77,4 +81,35 @@ pub async fn list_http(target: HttpTarget<'_>, deadline: Duration) -> Result<Lis
             deadline.as_secs()
         )),
     }
+}
+
+/// What a discovery run by the executor (`ExecSpec.discover`) found: its result checked, the
+/// `tools` artifact read from the store it was written to and parsed (tools and the server's
+/// version), as the runtimes' other discoveries return it.
+pub async fn read_listed(
+    result: &toolgate_crds::CallResult,
+    store: &toolgate_artifacts::ArtifactStore,
+) -> Result<Listed, String> {
+    if result.status != toolgate_crds::ResultStatus::Success {
+        return Err(result
+            .error
+            .as_ref()
+            .map(|e| e.message.clone())
+            .unwrap_or_else(|| "the discovery failed".into()));
+    }
+    let artifact = result
+        .artifacts
+        .iter()
+        .find(|a| a.artifact_id == "tools")
+        .ok_or_else(|| "the discovery wrote no tools artifact".to_string())?;
+    let bytes = store
+        .read(&artifact.uri)
+        .await
+        .map_err(|e| format!("reading {}: {e}", artifact.uri))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| e.to_string())?;
+    Ok(Listed {
+        tools,
+        version: toolgate_core::mcp::saved_server_version(&text),
+    })
 }

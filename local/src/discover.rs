@@ -6,9 +6,7 @@
 //! `discovered` again until its new digest is enabled, and calls waiting for approval are looked
 //! at again (a tool changed under them ends them, `ToolChanged`).
 
-use std::ffi::OsString;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use toolgate_core::manifest::Spec;
@@ -71,46 +69,31 @@ async fn list_tools_http(
     binding: Option<(String, CredentialBindingSpec)>,
 ) -> Result<ServerTools, String> {
     let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
-    if policy.network.egress == toolgate_crds::EgressMode::None {
-        return Err(format!(
-            "its SandboxPolicy {} allows no egress, so {url} cannot be reached",
-            spec.sandbox_policy_ref.name
-        ));
-    }
-    let mut issued = None;
-    if let Some((name, b)) = &binding {
-        issued = Some(
-            config
-                .broker
-                .issue(toolgate_broker::Request {
-                    namespace,
-                    name,
-                    binding: b,
-                    deadline_seconds: Some(deadline.as_secs()),
-                })
+    let list = |bearer: Option<String>| async move {
+        toolgate_executor::discover::list_http(
+            toolgate_executor::discover::HttpTarget {
+                url,
+                network: &policy.network,
+                bearer: bearer.as_deref(),
+            },
+            deadline,
+        )
+        .await
+    };
+    match &binding {
+        None => list(None).await,
+        Some((name, b)) => {
+            let request = toolgate_broker::Request {
+                namespace,
+                name,
+                binding: b,
+                deadline_seconds: Some(deadline.as_secs()),
+            };
+            toolgate_broker::lend(config.broker.as_ref(), request, |v| list(Some(v)))
                 .await
-                .map_err(|e| format!("its credential (CredentialBinding {name}): {e}"))?,
-        );
+                .map_err(|e| format!("its credential (CredentialBinding {name}): {e}"))?
+        }
     }
-    let listed = toolgate_executor::discover::list_http(
-        toolgate_executor::discover::HttpTarget {
-            url,
-            allowed_domains: &policy.network.allow_domains,
-            deny_private_networks: policy.network.deny_private_networks,
-            bearer: issued.as_ref().map(|i| i.value.expose()),
-        },
-        deadline,
-    )
-    .await;
-    if let Some(lease) = issued.and_then(|i| i.lease)
-        && let Err(e) = config.broker.revoke(&lease).await
-    {
-        tracing::warn!(binding = %lease.binding, error = %e, "revoking the lease of an MCP discovery");
-    }
-    listed.map(|l| ServerTools {
-        tools: l.tools,
-        version: l.version,
-    })
 }
 
 /// A discovery's folder under the data folder, removed when the discovery is done.
@@ -159,7 +142,7 @@ pub(crate) async fn list_tools(
     // The executor lists the tools in its `discover` mode, inside the sandbox, as it would call
     // one: the policy's environment, seccomp and Landlock apply to the server from its start.
     let mut plan = plan;
-    let Some((executor, lead)) = config.executor.split_first() else {
+    let Some(executor) = config.executor.first() else {
         return Err("no executor configured".into());
     };
     let run_dir = config.data.join("runs").join(format!(
@@ -198,77 +181,19 @@ pub(crate) async fn list_tools(
     plan.expose_writable(&out);
     plan.expose_writable(&artifacts);
     let result_path = out.join("result.json");
-    let mut args: Vec<OsString> = lead.to_vec();
-    args.extend([
-        "--spec".into(),
-        spec_path.clone().into(),
-        "--credentials".into(),
-        creds.clone().into(),
-        "--result".into(),
-        result_path.clone().into(),
-    ]);
-    let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(executor), &args, label)
-        .map_err(|e| format!("preparing its sandbox: {e}"))?;
-    let mut command = tokio::process::Command::from(std::mem::replace(
-        &mut sandboxed.command,
-        std::process::Command::new("true"),
-    ));
-    command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
-    let waited = async {
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("starting its sandbox: {e}"))?;
-        child
-            .wait()
-            .await
-            .map_err(|e| format!("waiting for its sandbox: {e}"))
+    let files = crate::run::ExecutorFiles {
+        spec: &spec_path,
+        credentials: &creds,
+        result: &result_path,
     };
-    // The executor holds the discovery deadline itself; this is the backstop.
-    let waited = tokio::time::timeout(deadline + Duration::from_secs(5), waited).await;
-    sandboxed.cleanup();
-    match waited {
-        Err(_) => {
-            return Err(format!(
-                "no answer to initialize and tools/list within {} s",
-                deadline.as_secs()
-            ));
-        }
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(_)) => {}
-    }
-    let result: toolgate_crds::CallResult = std::fs::read(&result_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| "the discovery wrote no result".to_string())?;
-    if result.status != toolgate_crds::ResultStatus::Success {
-        return Err(result
-            .error
-            .map(|e| e.message)
-            .unwrap_or_else(|| "the discovery failed".into()));
-    }
-    let artifact = result
-        .artifacts
-        .iter()
-        .find(|a| a.artifact_id == "tools")
-        .ok_or_else(|| "the discovery wrote no tools artifact".to_string())?;
+    // The executor holds the discovery deadline itself (the plan's timeout is the backstop).
+    let (result, _) = crate::run::run_executor(config, &plan, &files, label, |_| {}).await?;
     let store =
         toolgate_artifacts::ArtifactStore::open(&toolgate_core::exec::ArtifactTarget::Local {
             dir: artifacts.display().to_string(),
         })
         .map_err(|e| format!("its artifacts: {e}"))?;
-    let bytes = store
-        .read(&artifact.uri)
-        .await
-        .map_err(|e| format!("reading its tools: {e}"))?;
-    let text = String::from_utf8_lossy(&bytes);
-    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| e.to_string())?;
-    Ok(ServerTools {
-        tools,
-        version: toolgate_core::mcp::saved_server_version(&text),
-    })
+    toolgate_executor::discover::read_listed(&result, &store).await
 }
 
 impl Runtime {

@@ -127,14 +127,8 @@ pub struct Loaded {
 /// What the MCP servers of the manifests answered to `tools/list`, by (namespace, server).
 pub type Discovered = std::collections::BTreeMap<(String, String), ServerTools>;
 
-/// One server's answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerTools {
-    /// The tools, as the server listed them.
-    pub tools: Vec<serde_json::Value>,
-    /// `serverInfo.version`.
-    pub version: Option<String>,
-}
+/// One server's answer (what `toolgate_executor::discover` lists).
+pub type ServerTools = toolgate_executor::discover::Listed;
 
 /// Lint a folder and register what it holds, with the descriptors the discovered tools of its
 /// McpServers become (linted with the files). Every error is returned, one line each; a single

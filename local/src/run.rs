@@ -188,20 +188,58 @@ async fn execute(
     rec: &CallRecord,
     p: &Placed,
 ) -> Result<(CallResult, Duration), String> {
-    let config = &rt.inner.config;
+    let files = ExecutorFiles {
+        spec: &p.spec_path,
+        credentials: &p.creds_dir,
+        result: &p.result_path,
+    };
+    run_executor(&rt.inner.config, &p.plan, &files, &rec.id, |pgid| {
+        match pgid {
+            // Known while it runs, so a cancel can kill its process group.
+            Some(pg) => {
+                lock(&rt.inner.running).insert(rec.id.clone(), pg);
+            }
+            None => {
+                lock(&rt.inner.running).remove(&rec.id);
+            }
+        }
+    })
+    .await
+}
+
+/// The files an executor run reads and writes.
+pub(crate) struct ExecutorFiles<'a> {
+    /// Its spec.
+    pub(crate) spec: &'a Path,
+    /// The folder of its credentials.
+    pub(crate) credentials: &'a Path,
+    /// Where it writes its result.
+    pub(crate) result: &'a Path,
+}
+
+/// Run the executor inside `plan`'s sandbox on `files` (a call, or a discovery): killed past
+/// the plan's timeout and a grace; `tracked` is told its process group once started and `None`
+/// once gone. Its result, and how long the sandbox ran.
+pub(crate) async fn run_executor(
+    config: &crate::runtime::Config,
+    plan: &toolgate_sandbox::SandboxPlan,
+    files: &ExecutorFiles<'_>,
+    label: &str,
+    mut tracked: impl FnMut(Option<i32>),
+) -> Result<(CallResult, Duration), String> {
     let Some((program, lead)) = config.executor.split_first() else {
         return Err("no executor configured".into());
     };
     let mut args: Vec<OsString> = lead.to_vec();
     args.extend([
         "--spec".into(),
-        p.spec_path.clone().into(),
+        files.spec.into(),
         "--credentials".into(),
-        p.creds_dir.clone().into(),
+        files.credentials.into(),
         "--result".into(),
-        p.result_path.clone().into(),
+        files.result.into(),
     ]);
-    let mut sandboxed = toolgate_sandbox::prepare(&p.plan, Path::new(program), &args, &rec.id)
+    let mut sandboxed = toolgate_sandbox::prepare(plan, Path::new(program), &args, label)
         .map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
     let mut command = tokio::process::Command::from(std::mem::replace(
@@ -216,11 +254,11 @@ async fn execute(
         .spawn()
         .map_err(|e| format!("starting bubblewrap: {e}"))?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    if let Some(pg) = pgid {
-        lock(&rt.inner.running).insert(rec.id.clone(), pg);
+    if pgid.is_some() {
+        tracked(pgid);
     }
     let reader = tokio::spawn(read_stderr(child.stderr.take()));
-    let limit = p.plan.limits.timeout + KILL_GRACE;
+    let limit = plan.limits.timeout + KILL_GRACE;
     let status = match tokio::time::timeout(limit, child.wait()).await {
         Ok(s) => s.map_err(|e| format!("waiting for the sandbox: {e}")),
         Err(_) => {
@@ -234,12 +272,12 @@ async fn execute(
             ))
         }
     };
-    lock(&rt.inner.running).remove(&rec.id);
+    tracked(None);
     sandboxed.cleanup();
     let elapsed = started.elapsed();
     let stderr = reader.await.unwrap_or_default();
     let status = status?;
-    match std::fs::read(&p.result_path) {
+    match std::fs::read(files.result) {
         Ok(bytes) => serde_json::from_slice::<CallResult>(&bytes)
             .map(|r| (r, elapsed))
             .map_err(|e| format!("the executor's result is not valid: {e}")),

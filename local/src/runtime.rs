@@ -20,7 +20,7 @@ use toolgate_core::lifecycle::{
 };
 use toolgate_core::lint::Linter;
 use toolgate_core::registry::GrantUsages;
-use toolgate_crds::{ConditionStatus, ToolGrantStatus};
+use toolgate_crds::ToolGrantStatus;
 
 use crate::broker::CredentialBroker;
 use crate::manifests::Loaded;
@@ -367,12 +367,7 @@ pub(crate) fn record_steps(rec: &mut CallRecord, steps: &[Step]) -> Vec<EventRec
             sequence: rec.events,
             event_id: format!("{}/{}", rec.id, rec.events),
             kind: step.kind.to_string(),
-            status: match step.status {
-                ConditionStatus::True => "True",
-                ConditionStatus::False => "False",
-                ConditionStatus::Unknown => "Unknown",
-            }
-            .to_string(),
+            status: step.status.as_str().to_string(),
             reason: step.reason.clone(),
             message: step.message.clone(),
             time: now.to_string(),

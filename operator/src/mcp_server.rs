@@ -112,6 +112,7 @@ async fn list_in_pod(
     ctx: &Context,
     server: &McpServer,
     ns: &str,
+    pod: Option<k8s_openapi::api::core::v1::Pod>,
 ) -> Result<Option<toolgate_executor::discover::Listed>, Unlisted> {
     use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -128,11 +129,7 @@ async fn list_in_pod(
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
     let maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
     let policies = Api::<NetworkPolicy>::namespaced(ctx.client.clone(), ns);
-    let Some(pod) = pods
-        .get_opt(&child)
-        .await
-        .map_err(|e| failed(e.to_string()))?
-    else {
+    let Some(pod) = pod else {
         let policy = sandbox_policy(ctx, ns, &server.spec).await?;
         let confinement = toolgate_core::exec::confinement(&policy.spec)
             .map_err(|e| failed(format!("SandboxPolicy {}: {e}", policy.name_any())))?;
@@ -184,13 +181,8 @@ async fn list_in_pod(
     if phase != "Succeeded" && phase != "Failed" {
         return Ok(None);
     }
-    let message = status
-        .container_statuses
-        .as_ref()
-        .and_then(|cs| cs.iter().find(|c| c.name == "executor"))
-        .and_then(|c| c.state.as_ref())
-        .and_then(|s| s.terminated.as_ref())
-        .and_then(|t| t.message.clone())
+    let message = crate::build::executor_terminated(&pod)
+        .and_then(|t| t.message)
         .unwrap_or_default();
     // One discovery, one pod: whatever it said, its children go.
     let dp = DeleteParams::default();
@@ -203,31 +195,12 @@ async fn list_in_pod(
             status.reason.map(|r| format!(", {r}")).unwrap_or_default()
         ))
     })?;
-    if result.status != toolgate_crds::ResultStatus::Success {
-        return Err(failed(
-            result
-                .error
-                .map(|e| e.message)
-                .unwrap_or_else(|| "the discovery failed".into()),
-        ));
-    }
-    let artifact = result
-        .artifacts
-        .iter()
-        .find(|a| a.artifact_id == "tools")
-        .ok_or_else(|| failed("the discovery wrote no tools artifact".into()))?;
     let store = toolgate_artifacts::ArtifactStore::open(&ctx.pods.artifacts)
         .map_err(|e| failed(format!("the artifact store: {e}")))?;
-    let bytes = store
-        .read(&artifact.uri)
+    toolgate_executor::discover::read_listed(&result, &store)
         .await
-        .map_err(|e| failed(format!("reading {}: {e}", artifact.uri)))?;
-    let text = String::from_utf8_lossy(&bytes);
-    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| failed(e.to_string()))?;
-    Ok(Some(toolgate_executor::discover::Listed {
-        tools,
-        version: toolgate_core::mcp::saved_server_version(&text),
-    }))
+        .map(Some)
+        .map_err(failed)
 }
 
 /// List an HTTP server's tools from here.
@@ -242,76 +215,51 @@ async fn list(
             "spec.url is empty: an HTTP server has one".into(),
         ));
     };
-    let policy = Api::<SandboxPolicy>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&spec.sandbox_policy_ref.name)
-        .await
-        .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
-        .ok_or_else(|| {
-            Unlisted(
-                reason::REFERENCE_MISSING,
-                format!(
-                    "spec.sandboxPolicyRef: SandboxPolicy {} does not exist",
-                    spec.sandbox_policy_ref.name
-                ),
-            )
-        })?;
-    if policy.spec.network.egress == toolgate_crds::EgressMode::None {
-        return Err(Unlisted(
-            reason::DISCOVERY_FAILED,
-            format!(
-                "SandboxPolicy {} allows no egress, so {url} cannot be reached",
-                spec.sandbox_policy_ref.name
-            ),
-        ));
-    }
+    let policy = sandbox_policy(ctx, ns, spec).await?;
     let deadline = Duration::from_secs(u64::from(spec.discovery_timeout_seconds));
-    let mut issued = None;
-    if let Some(r) = &spec.credential_binding_ref {
-        let binding = Api::<CredentialBinding>::namespaced(ctx.client.clone(), ns)
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
-            .ok_or_else(|| {
-                Unlisted(
-                    reason::REFERENCE_MISSING,
-                    format!(
-                        "spec.credentialBindingRef: CredentialBinding {} does not exist",
-                        r.name
-                    ),
-                )
-            })?;
-        issued = Some(
-            ctx.broker
-                .issue(toolgate_broker::Request {
-                    namespace: ns,
-                    name: &r.name,
-                    binding: &binding.spec,
-                    deadline_seconds: Some(deadline.as_secs()),
-                })
+    let list = |bearer: Option<String>| async move {
+        toolgate_executor::discover::list_http(
+            toolgate_executor::discover::HttpTarget {
+                url,
+                network: &policy.spec.network,
+                bearer: bearer.as_deref(),
+            },
+            deadline,
+        )
+        .await
+    };
+    let listed = match &spec.credential_binding_ref {
+        None => list(None).await,
+        Some(r) => {
+            let binding = Api::<CredentialBinding>::namespaced(ctx.client.clone(), ns)
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e.to_string()))?
+                .ok_or_else(|| {
+                    Unlisted(
+                        reason::REFERENCE_MISSING,
+                        format!(
+                            "spec.credentialBindingRef: CredentialBinding {} does not exist",
+                            r.name
+                        ),
+                    )
+                })?;
+            let request = toolgate_broker::Request {
+                namespace: ns,
+                name: &r.name,
+                binding: &binding.spec,
+                deadline_seconds: Some(deadline.as_secs()),
+            };
+            toolgate_broker::lend(ctx.broker.as_ref(), request, |b| list(Some(b)))
                 .await
                 .map_err(|e| {
                     Unlisted(
                         reason::DISCOVERY_FAILED,
                         format!("its credential (CredentialBinding {}): {e}", r.name),
                     )
-                })?,
-        );
-    }
-    let listed = toolgate_executor::discover::list_http(
-        toolgate_executor::discover::HttpTarget {
-            url,
-            allowed_domains: &policy.spec.network.allow_domains,
-            deny_private_networks: policy.spec.network.deny_private_networks,
-            bearer: issued.as_ref().map(|i| i.value.expose()),
-        },
-        deadline,
-    )
-    .await;
-    if let Some(lease) = issued.and_then(|i| i.lease)
-        && let Err(e) = ctx.broker.revoke(&lease).await
-    {
-        tracing::warn!(binding = %lease.binding, error = %e, "revoking the lease of an MCP discovery");
-    }
+                })?
+        }
+    };
     listed.map_err(|e| Unlisted(reason::DISCOVERY_FAILED, e))
 }
 
@@ -344,8 +292,19 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
         let since = jiff::Timestamp::now().duration_since(t.0);
         Duration::try_from(since).unwrap_or_default()
     });
-    let running_in_pod = spec.url.is_none() && discovery_pod_exists(&ctx, &server, &ns).await;
-    if !running_in_pod
+    // A stdio server's discovery pod, read once: one under way is followed whatever the time.
+    let pod = match spec.url {
+        Some(_) => None,
+        None => {
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&crate::build::child_name(&crate::build::subject(
+                    "McpServer",
+                    &name,
+                )))
+                .await?
+        }
+    };
+    if pod.is_none()
         && previous.observed_generation == generation
         && let Some(e) = elapsed
         && e < every
@@ -356,7 +315,7 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     let listed = if spec.url.is_some() {
         list(&ctx, &ns, spec).await
     } else {
-        match list_in_pod(&ctx, &server, &ns).await {
+        match list_in_pod(&ctx, &server, &ns, pod).await {
             Ok(Some(l)) => Ok(l),
             Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
             Err(e) => Err(e),
@@ -498,17 +457,6 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     )
     .await?;
     Ok(again)
-}
-
-/// Whether the server's discovery pod is there (a discovery under way).
-async fn discovery_pod_exists(ctx: &Context, server: &McpServer, ns: &str) -> bool {
-    let subject = format!("mcp-{}", server.name_any());
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&crate::build::child_name(&subject))
-        .await
-        .ok()
-        .flatten()
-        .is_some()
 }
 
 fn error_policy(server: Arc<McpServer>, error: &Error, _: Arc<Context>) -> Action {

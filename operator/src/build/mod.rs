@@ -11,7 +11,7 @@ mod pod;
 mod tests;
 
 pub use network::{executor_ports, network_policy};
-pub use pod::{PodInput, pod};
+pub use pod::{PodInput, executor_terminated, pod};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -87,13 +87,18 @@ pub struct Owner<'a> {
 }
 
 impl Owner<'_> {
-    /// What its children are named for: the call, or `mcp-<server>` (so a call and a server of
-    /// the same name never share children).
+    /// What its children are named for ([`subject`]).
     pub fn subject(&self) -> String {
-        match self.kind {
-            "ToolCall" => self.name.to_string(),
-            _ => format!("mcp-{}", self.name),
-        }
+        subject(self.kind, self.name)
+    }
+}
+
+/// What the children of an object are named for: a call's name, or `mcp-<server>` for an
+/// McpServer's discovery (so a call and a server of the same name never share children).
+pub fn subject(kind: &str, name: &str) -> String {
+    match kind {
+        "ToolCall" => name.to_string(),
+        _ => format!("mcp-{name}"),
     }
 }
 

@@ -201,3 +201,20 @@ fn executor(input: &PodInput<'_>, args: Vec<String>, mounts: Vec<VolumeMount>) -
         ..Default::default()
     }
 }
+
+/// How the executor's container ended, once it has: its exit and the termination message the
+/// executor wrote (its result), as the kubelet reports them.
+pub fn executor_terminated(
+    pod: &Pod,
+) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "executor")?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
+}

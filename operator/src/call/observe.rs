@@ -39,12 +39,7 @@ pub(super) async fn observe(
     if phase != "Succeeded" && phase != "Failed" {
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
-    let terminated = pod_status
-        .container_statuses
-        .as_ref()
-        .and_then(|cs| cs.iter().find(|c| c.name == "executor"))
-        .and_then(|c| c.state.as_ref())
-        .and_then(|s| s.terminated.clone());
+    let terminated = build::executor_terminated(&pod);
     let message = terminated
         .as_ref()
         .and_then(|t| t.message.clone())
