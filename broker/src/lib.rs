@@ -340,4 +340,84 @@ mod tests {
         let e = FileBroker::load(&path).expect_err("refused");
         assert!(e.to_string().contains("mode 644"), "{e}");
     }
+
+    /// A broker that leases every value and remembers what it revoked.
+    #[derive(Default)]
+    struct Leasing {
+        revoked: std::sync::Mutex<Vec<String>>,
+        refuse: bool,
+    }
+
+    impl CredentialBroker for Leasing {
+        fn issue<'a>(&'a self, r: Request<'a>) -> BrokerFuture<'a, Issued> {
+            Box::pin(async move {
+                if self.refuse {
+                    return Err(BrokerError::Forbidden("no".into()));
+                }
+                Ok(Issued {
+                    value: Secret::new("lent-value"),
+                    ttl_seconds: r.ttl_seconds(),
+                    lease: Some(Lease {
+                        id: "lease/1".into(),
+                        binding: r.name.into(),
+                    }),
+                })
+            })
+        }
+        fn revoke<'a>(&'a self, lease: &'a Lease) -> BrokerFuture<'a, ()> {
+            Box::pin(async move {
+                self.revoked.lock().expect("lock").push(lease.id.clone());
+                Ok(())
+            })
+        }
+        fn check<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a CredentialBindingSpec,
+        ) -> BrokerFuture<'a, String> {
+            Box::pin(async { Ok(String::new()) })
+        }
+    }
+
+    #[test]
+    fn a_lent_credential_is_revoked_once_used_and_a_refusal_runs_nothing() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        let b = binding("token");
+        let request = Request {
+            namespace: "team-a",
+            name: "bot",
+            binding: &b,
+            deadline_seconds: Some(30),
+        };
+        let broker = Leasing::default();
+        let seen = rt
+            .block_on(lend(&broker, request, |v| async move { v }))
+            .expect("lent");
+        assert_eq!(seen, "lent-value");
+        assert_eq!(
+            *broker.revoked.lock().expect("lock"),
+            vec!["lease/1".to_string()]
+        );
+
+        let refusing = Leasing {
+            refuse: true,
+            ..Default::default()
+        };
+        let mut ran = false;
+        let e = rt
+            .block_on(lend(&refusing, request, |_| {
+                ran = true;
+                async {}
+            }))
+            .expect_err("refused");
+        assert_eq!(
+            e.reason(),
+            toolgate_crds::conditions::reason::BROKER_FORBIDDEN
+        );
+        assert!(!ran, "nothing runs without the credential");
+        assert!(refusing.revoked.lock().expect("lock").is_empty());
+    }
 }
