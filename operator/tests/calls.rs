@@ -1892,6 +1892,14 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
         .build()
         .expect("rt");
     let mut api = rt.block_on(toolgate_testkit::api::grpc_tls_client(&grpc));
+    /// Killed when the test ends, however it ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let mut gateway = Command::new(support::toolgate_cli())
         .args(["--server", &format!("https://localhost:{port}")])
         .arg("--ca")
@@ -1910,8 +1918,10 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
         .stderr(support::log_file())
         .spawn()
         .expect("mcp serve");
+    let stdout = gateway.stdout.take().expect("stdout");
+    let _gateway = Reaped(gateway);
     let mut line = String::new();
-    std::io::BufReader::new(gateway.stdout.take().expect("stdout"))
+    std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .expect("line");
     let url = line
@@ -1920,7 +1930,7 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
         .unwrap_or_else(|| panic!("{line:?}"))
         .trim()
         .to_string();
-    let mut client = Command::new(venv.join("bin/python"))
+    let mut client_process = Command::new(venv.join("bin/python"))
         .arg(root().join("local/tests/support/mcp_client.py"))
         .env("MCP_URL", &url)
         .env("TOOLGATE_TOKEN", &agent)
@@ -1928,8 +1938,10 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("the Python MCP client");
-    let mut to_client = client.stdin.take().expect("stdin");
-    let mut lines = std::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
+    let mut to_client = client_process.stdin.take().expect("stdin");
+    let from_client = client_process.stdout.take().expect("stdout");
+    let mut client = Reaped(client_process);
+    let mut lines = std::io::BufReader::new(from_client).lines();
     let mut next = |want: &str| -> serde_json::Value {
         let l = lines
             .next()
@@ -1978,7 +1990,5 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
     assert_eq!(next("bad")["isError"], true);
     assert_eq!(next("unknown")["isError"], true);
     drop(to_client);
-    assert!(client.wait().expect("client").success());
-    let _ = gateway.kill();
-    let _ = gateway.wait();
+    assert!(client.0.wait().expect("client").success());
 }
