@@ -384,6 +384,13 @@ spec:
         "{.status.lifecycle}",
         &["discovered"],
     );
+    // The server's status is written once its descriptors are applied.
+    wait_for(
+        &ns,
+        "mcpserver/notes",
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        &["Discovered"],
+    );
     let digest = jsonpath(
         &ns,
         "mcpserver/notes",
@@ -588,6 +595,13 @@ spec:
             &format!("tooldescriptor/{descriptor}"),
             "{.status.lifecycle}",
             &["discovered"],
+        );
+        // The server's status is written once its descriptors are applied.
+        wait_for(
+            &ns,
+            &format!("mcpserver/{server}"),
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+            &["Discovered"],
         );
         let digest = jsonpath(
             &ns,
