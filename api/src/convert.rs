@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use toolgate_core::lifecycle::phase_name;
 use toolgate_core::principal::Principal;
-use toolgate_core::registry::{GrantUsages, Registry};
+use toolgate_core::registry::GrantUsages;
 use toolgate_core::view::{ApprovalHint, ViewFormat, ViewRequest, compile_view};
 
 use crate::error::ApiError;
@@ -121,7 +121,7 @@ fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
 
 /// Compile the view a principal gets for a GetToolView request, checking its fields.
 pub fn tool_view(
-    registry: &Registry,
+    policies: &toolgate_core::lifecycle::Policies,
     usage: &GrantUsages,
     namespace: &str,
     principal: &Principal,
@@ -152,6 +152,7 @@ pub fn tool_view(
         })?)
     };
     let failures = BTreeMap::new();
+    let registry = &policies.registry;
     let view = compile_view(
         registry,
         &ViewRequest {
@@ -196,6 +197,70 @@ pub fn tool_view(
             .collect(),
         payload_json: view.render(format).to_string(),
         not_ranked: u32::try_from(view.not_ranked).unwrap_or(u32::MAX),
+        skills: toolgate_core::skill::matching(
+            &policies.skills,
+            namespace,
+            &req.intent,
+            MAX_VIEW_SKILLS,
+        )
+        .into_iter()
+        .map(|m| pb::SkillRef {
+            name: m.name,
+            description: m.description,
+            reason: m.reason,
+            tools: m.tools,
+        })
+        .collect(),
+    })
+}
+
+/// The most skills a view lists.
+const MAX_VIEW_SKILLS: usize = 4;
+
+/// A skill of the policies, as GetSkill answers: its instructions (`instructions` when the
+/// runtime read them on request, else the ones it holds), or why not.
+pub fn skill_message(
+    policies: &toolgate_core::lifecycle::Policies,
+    namespace: &str,
+    name: &str,
+    read: Option<toolgate_core::skill::LoadedSkill>,
+) -> Result<pb::Skill, ApiError> {
+    let not_found = || ApiError::NotFound {
+        what: format!("Skill {namespace}/{name}"),
+    };
+    let entry = policies
+        .skills
+        .iter()
+        .find(|s| s.namespace == namespace && s.name == name)
+        .ok_or_else(not_found)?;
+    let (instructions, digest, withheld, description, tools) = match read {
+        Some(r) => (
+            r.instructions,
+            r.instructions_digest,
+            r.withheld,
+            r.description,
+            r.tools.into_iter().map(|t| t.descriptor).collect(),
+        ),
+        None => (
+            entry.instructions.clone().ok_or_else(not_found)?,
+            entry.instructions_digest.clone(),
+            entry.withheld.clone(),
+            entry.description.clone(),
+            entry.tools.clone(),
+        ),
+    };
+    if let Some(why) = withheld {
+        return Err(ApiError::FailedPrecondition {
+            code: "skill-withheld",
+            message: why,
+        });
+    }
+    Ok(pb::Skill {
+        name: name.to_string(),
+        description,
+        instructions,
+        instructions_digest: digest,
+        tools,
     })
 }
 

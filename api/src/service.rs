@@ -10,8 +10,9 @@ use tonic::{Request, Response, Status};
 use toolgate_proto::v1::toolgate_server::{Toolgate, ToolgateServer};
 use toolgate_proto::v1::{
     ApproveCallRequest, ArtifactChunk, Call, CallEvent, CancelCallRequest, DenyCallRequest,
-    ExplainCallRequest, Explanation, GetArtifactRequest, GetCallRequest, GetToolViewRequest,
-    ListCallsRequest, ListCallsResponse, ProposeCallRequest, ToolView, WatchCallRequest,
+    ExplainCallRequest, Explanation, GetArtifactRequest, GetCallRequest, GetSkillRequest,
+    GetToolViewRequest, ListCallsRequest, ListCallsResponse, ProposeCallRequest, Skill, ToolView,
+    WatchCallRequest,
 };
 
 use crate::auth::{Authenticator, Caller};
@@ -53,6 +54,8 @@ pub trait Backend: Send + Sync + 'static {
         caller: &Caller,
         req: GetArtifactRequest,
     ) -> Result<BoxStream<ArtifactChunk>, ApiError>;
+    /// A skill's instructions.
+    async fn skill(&self, caller: &Caller, req: GetSkillRequest) -> Result<Skill, ApiError>;
 }
 
 /// The gRPC service over a backend.
@@ -196,6 +199,12 @@ impl<B: Backend> Toolgate for Service<B> {
         let req = checked(req)?;
         let s = self.backend.artifact(&caller, req).await?;
         Ok(Response::new(stream(s)))
+    }
+
+    async fn get_skill(&self, req: Request<GetSkillRequest>) -> Result<Response<Skill>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = checked(req)?;
+        Ok(Response::new(self.backend.skill(&caller, req).await?))
     }
 }
 

@@ -243,6 +243,13 @@ impl Checked for pb::GetToolViewRequest {
     }
 }
 
+impl Checked for pb::GetSkillRequest {
+    fn check(&self) -> Result<(), ApiError> {
+        optional_namespace("namespace", &self.namespace)?;
+        namespace("name", &self.name)
+    }
+}
+
 impl Checked for pb::ProposeCallRequest {
     fn check(&self) -> Result<(), ApiError> {
         optional_namespace("namespace", &self.namespace)?;

@@ -422,6 +422,18 @@ pub enum ClientCommand {
         #[arg(long)]
         watch: bool,
     },
+    /// Print a skill's instructions (SKILL.md): what to do, not a permission; its scripts run
+    /// only as the tools it declares, when a grant allows them.
+    Skill {
+        /// The skill's name (the view lists the skills an intent matches).
+        name: String,
+        /// Namespace (default: the caller's service-account namespace).
+        #[arg(long, default_value = "")]
+        namespace: String,
+        /// Print the skill as JSON.
+        #[arg(short = 'o', long)]
+        json: bool,
+    },
     /// Show a call.
     Get {
         /// Call id.
@@ -550,6 +562,22 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 let end = c.get(&call.id).await.map_err(status_error)?;
                 outln!("{}", call_summary(&end));
                 return Ok(phase_exit_code(&end.phase));
+            }
+            ClientCommand::Skill { name, namespace, json } => {
+                let r = c.req(pb::GetSkillRequest { namespace, name });
+                let skill = c.api().get_skill(r).await.map_err(status_error)?.into_inner();
+                if json {
+                    outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                        "name": skill.name, "description": skill.description, "instructionsDigest": skill.instructions_digest,
+                        "tools": skill.tools, "instructions": skill.instructions,
+                    }))?);
+                } else {
+                    outln!("# skill {} ({}): {}
+# its tools: {}
+
+{}", skill.name, skill.instructions_digest, skill.description,
+                        if skill.tools.is_empty() { "none".to_string() } else { skill.tools.join(", ") }, skill.instructions);
+                }
             }
             ClientCommand::Get { id, json } => {
                 let call = c.get(&id).await.map_err(status_error)?;

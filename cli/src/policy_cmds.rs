@@ -362,10 +362,15 @@ pub fn view_remote(
                 .iter()
                 .map(|h| serde_json::json!({"name": h.name, "code": h.code, "reason": h.reason}))
                 .collect();
+            let skills: Vec<serde_json::Value> = view
+                .skills
+                .iter()
+                .map(|s| serde_json::json!({"name": s.name, "description": s.description, "reason": s.reason, "tools": s.tools}))
+                .collect();
             outln!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden})
+                    &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden, "skills": skills})
                 )?
             );
         } else {

@@ -336,6 +336,7 @@ pub fn discovery_spec(
                 tool: String::new(),
                 url: None,
             }),
+            script: None,
             timeout_ms: u32::try_from(timeout_ms).unwrap_or(u32::MAX),
             retry_policy: Default::default(),
         },

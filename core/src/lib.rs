@@ -23,5 +23,6 @@ pub mod redact;
 pub mod registry;
 pub mod risk;
 pub mod secrets;
+pub mod skill;
 pub mod template;
 pub mod view;

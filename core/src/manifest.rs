@@ -81,6 +81,8 @@ pub enum Spec {
     /// A ToolApproval.
     ToolApproval(Box<ToolApprovalSpec>),
     McpServer(Box<toolgate_crds::McpServerSpec>),
+    /// A Skill.
+    Skill(Box<toolgate_crds::SkillSpec>),
 }
 
 impl Spec {
@@ -95,6 +97,7 @@ impl Spec {
             Spec::ToolCall(_) => "ToolCall",
             Spec::ToolApproval(_) => "ToolApproval",
             Spec::McpServer(_) => "McpServer",
+            Spec::Skill(_) => "Skill",
         }
     }
 
@@ -119,6 +122,7 @@ impl Spec {
             "ToolCall" => Spec::ToolCall(typed(spec)?),
             "ToolApproval" => Spec::ToolApproval(typed(spec)?),
             "McpServer" => Spec::McpServer(typed(spec)?),
+            "Skill" => Spec::Skill(typed(spec)?),
             other => {
                 return Err(TypingError {
                     path: "kind".into(),

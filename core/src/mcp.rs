@@ -459,6 +459,7 @@ fn normalize_one(
                 tool: raw_name.to_string(),
                 url: server.url.map(str::to_string),
             }),
+            script: None,
             timeout_ms: 30_000,
             retry_policy: RetryPolicy::default(),
         },

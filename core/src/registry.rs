@@ -122,7 +122,8 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
 /// fundamental problem wins (a broken schema before a permission problem before a sandbox one).
 /// Instruction-like text blocks a tool from outside; in a first-party or workspace tool it keeps
 /// the tool `verified` (out of every view, not callable) until `reviewed` says a person read this
-/// exact version. A tool discovered on an MCP server stays `discovered` until then.
+/// exact version. A tool discovered on an MCP server, or a skill's script, stays `discovered`
+/// until then.
 pub fn lifecycle_of(
     spec: &ToolDescriptorSpec,
     findings: &[crate::lint::Local],
@@ -165,8 +166,13 @@ pub fn lifecycle_of(
     if poisoned(Severity::Warning) && !reviewed {
         return Lifecycle::Verified;
     }
-    // Discovered on an MCP server: out of every view until a person read this version.
-    if spec.source.type_ == toolgate_crds::SourceType::Mcp && !reviewed {
+    // Discovered on an MCP server or declared by a skill: out of every view until a person read
+    // this version.
+    if matches!(
+        spec.source.type_,
+        toolgate_crds::SourceType::Mcp | toolgate_crds::SourceType::Skill
+    ) && !reviewed
+    {
         return Lifecycle::Discovered;
     }
     if spec.deprecation.is_some() {

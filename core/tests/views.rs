@@ -60,12 +60,13 @@ fn every_exposed_tool_has_a_reason_and_every_hidden_one_a_decision() {
     assert_eq!(v.exposed.len(), 3);
     assert_eq!(
         v.exposed.len() + v.hidden.len(),
-        8,
+        9,
         "every tool of the namespace is accounted for"
     );
     for t in &v.exposed {
         assert!(
-            t.reason.starts_with("granted by fixer-agent"),
+            t.reason.starts_with("granted by fixer-agent")
+                || t.reason.starts_with("granted by fixer-skills"),
             "{}: {}",
             t.name,
             t.reason
@@ -85,7 +86,17 @@ fn the_policy_filter_hides_what_the_principal_may_not_use() {
     let v = view(&r, &alice, "look at the serializer", None, 10, true, &none);
     let mut exposed = names(&v);
     exposed.sort();
-    assert_eq!(exposed, vec!["code.search", "file.read", "git.diff"]);
+    // The reviewers' selector grant (read, search, inspect up to L1) matches the example skill's
+    // search tool as it matches any other: a skill's tool is granted like any tool.
+    assert_eq!(
+        exposed,
+        vec![
+            "code.search",
+            "file.read",
+            "fix-failing-test.locate-test",
+            "git.diff"
+        ]
+    );
     let hidden: BTreeMap<&str, &str> = v.hidden.iter().map(|h| (h.name.as_str(), h.code)).collect();
     assert_eq!(hidden.get("file.write"), Some(&"no-grant"));
     assert_eq!(
@@ -124,7 +135,7 @@ fn candidates_by_action_type() {
             .iter()
             .filter(|h| h.code == "action-type-mismatch")
             .count(),
-        7
+        8
     );
     // Without explain, non-candidates cost nothing and are not listed.
     let v = view(

@@ -5,16 +5,17 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::{
-    CredentialBinding, McpServer, SandboxPolicy, ToolApproval, ToolCall, ToolDescriptor, ToolGrant,
-    ToolPolicy,
+    CredentialBinding, McpServer, SandboxPolicy, Skill, ToolApproval, ToolCall, ToolDescriptor,
+    ToolGrant, ToolPolicy,
 };
 
-/// The eight CRDs, in [`crate::KINDS`] order.
+/// The nine CRDs, in [`crate::KINDS`] order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         SandboxPolicy::crd(),
         CredentialBinding::crd(),
         McpServer::crd(),
+        Skill::crd(),
         ToolDescriptor::crd(),
         ToolGrant::crd(),
         ToolPolicy::crd(),

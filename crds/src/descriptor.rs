@@ -50,9 +50,14 @@ use crate::common::{
         "fieldPath": ".permissions.strongConfirmation"
     },
     {
-        "rule": "self.execution.adapter != 'cli' || (has(self.execution.argv) && size(self.execution.argv) > 0)",
-        "message": "a cli tool needs an argv template (execution.argv): toolgate never runs a shell",
+        "rule": "self.execution.adapter != 'cli' || (has(self.execution.argv) && size(self.execution.argv) > 0) || has(self.execution.script)",
+        "message": "a cli tool needs an argv template (execution.argv) or a skill's script (execution.script): toolgate never runs a shell",
         "fieldPath": ".execution.argv"
+    },
+    {
+        "rule": "!has(self.execution.script) || (self.execution.adapter == 'cli' && self.source.type == 'skill')",
+        "message": "execution.script is a skill's script: a cli tool whose source.type is skill",
+        "fieldPath": ".execution.script"
     },
     {
         "rule": "self.execution.adapter != 'builtin' || has(self.execution.builtin)",
@@ -484,12 +489,37 @@ pub struct Execution {
     /// with the call's args as its arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<McpExecution>,
+    /// A skill's script, carried here so the sandbox needs nothing of the skill's folder: the
+    /// executor writes it into the sandbox's private `/tmp` and runs `interpreter`, the script,
+    /// then `argv` (its arguments, templates as for `cli`). Its content is part of the digest:
+    /// a changed script is a new version that needs a new review.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<ScriptExecution>,
     /// Wall-clock limit of one attempt, in milliseconds.
     #[schemars(range(min = 100, max = 3600000))]
     pub timeout_ms: u32,
     /// Retries on failure.
     #[serde(default)]
     pub retry_policy: RetryPolicy,
+}
+
+/// A skill's script run by the `cli` adapter.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptExecution {
+    /// Where the script lives in its skill (`scripts/run_test.py`); its base name is the file
+    /// the executor writes.
+    #[schemars(
+        length(min = 1, max = 512),
+        regex(pattern = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+    )]
+    pub path: String,
+    /// The program that runs it, and its options (`[python3, -B]`); never a shell with `-c`.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 4096)))]
+    pub interpreter: Vec<String>,
+    /// The script's text (UTF-8, at most 256 KiB).
+    #[schemars(length(min = 1, max = 262144))]
+    pub content: String,
 }
 
 /// A tool on an MCP server.

@@ -19,6 +19,7 @@ pub mod grant;
 pub mod mcp;
 pub mod policy;
 pub mod sandbox;
+pub mod skill;
 
 pub use approval::*;
 pub use call::*;
@@ -29,6 +30,7 @@ pub use grant::*;
 pub use mcp::*;
 pub use policy::*;
 pub use sandbox::*;
+pub use skill::*;
 
 /// The API group.
 pub const GROUP: &str = "toolgate.dev";
@@ -37,11 +39,12 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every toolgate object.
 pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
 
-/// The eight kinds, in dependency order (what is referenced comes first).
-pub const KINDS: [&str; 8] = [
+/// The nine kinds, in dependency order (what is referenced comes first).
+pub const KINDS: [&str; 9] = [
     "SandboxPolicy",
     "CredentialBinding",
     "McpServer",
+    "Skill",
     "ToolDescriptor",
     "ToolGrant",
     "ToolPolicy",

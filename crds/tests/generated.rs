@@ -34,14 +34,14 @@ fn committed_crds_match_the_types() {
             "{shown} drifted from the types: {drifted:?}; run `cargo run -p toolgate -- crds --out {shown}` and commit"
         );
         let files = std::fs::read_dir(dir).expect("read the CRD folder").count();
-        assert_eq!(files, 8, "{shown} holds exactly one file per kind");
+        assert_eq!(files, 9, "{shown} holds exactly one file per kind");
     }
 }
 
 #[test]
-fn eight_namespaced_kinds_in_one_category_with_status() {
+fn nine_namespaced_kinds_in_one_category_with_status() {
     let crds = all_crds();
-    assert_eq!(crds.len(), 8);
+    assert_eq!(crds.len(), 9);
     for crd in &crds {
         assert_eq!(crd.spec.group, "toolgate.dev");
         assert_eq!(crd.spec.scope, "Namespaced");

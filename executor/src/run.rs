@@ -191,7 +191,20 @@ async fn run_cli(
     store: &ArtifactStore,
     redactor: &Redactor,
 ) -> Result<CallResult, ExecError> {
-    let argv = render_argv(&spec.execution.argv, &spec.args)?;
+    let mut argv = render_argv(&spec.execution.argv, &spec.args)?;
+    // A skill's script: written into this sandbox's private /tmp, run by its interpreter with
+    // the rendered argv as its arguments. Kept until the call ends (the folder goes with it).
+    let _script_dir = match &spec.execution.script {
+        Some(script) => {
+            let (dir, path) = write_script(script)?;
+            let mut full = script.interpreter.clone();
+            full.push(path.display().to_string());
+            full.append(&mut argv);
+            argv = full;
+            Some(dir)
+        }
+        None => None,
+    };
     let Some((program, rest)) = argv.split_first() else {
         return Err(ExecError::Unrunnable(
             "execution.argv is empty: a cli tool needs a program".into(),
@@ -292,6 +305,44 @@ async fn run_cli(
         structured,
         started,
     ))
+}
+
+/// Write a skill's script into a fresh private folder of the temporary directory, readable and
+/// executable by this user only.
+fn write_script(
+    script: &toolgate_crds::ScriptExecution,
+) -> Result<(tempfile::TempDir, std::path::PathBuf), ExecError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let unrunnable = |e: std::io::Error| {
+        ExecError::Unrunnable(format!(
+            "cannot write the skill's script {}: {e}",
+            script.path
+        ))
+    };
+    let name = std::path::Path::new(&script.path)
+        .file_name()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ExecError::Unrunnable(format!(
+                "execution.script.path {:?} names no file",
+                script.path
+            ))
+        })?;
+    let dir = tempfile::Builder::new()
+        .prefix("toolgate-script-")
+        .tempdir()
+        .map_err(unrunnable)?;
+    let path = dir.path().join(name);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o500)
+        .open(&path)
+        .map_err(unrunnable)?;
+    file.write_all(script.content.as_bytes())
+        .map_err(unrunnable)?;
+    Ok((dir, path))
 }
 
 async fn run_builtin(

@@ -51,7 +51,7 @@ impl Runtime {
         req: &pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
         toolgate_api::convert::tool_view(
-            &self.loaded().policies.registry,
+            &self.loaded().policies,
             &self.usage(namespace, jiff::Timestamp::now())?,
             namespace,
             principal,
@@ -77,6 +77,15 @@ impl Backend for Runtime {
         req: pb::ProposeCallRequest,
     ) -> Result<pb::Call, ApiError> {
         Ok(call_message(&Runtime::propose(self, caller, req).await?))
+    }
+
+    async fn skill(
+        &self,
+        caller: &Caller,
+        req: pb::GetSkillRequest,
+    ) -> Result<pb::Skill, ApiError> {
+        let ns = toolgate_api::request::namespace_of(caller, &req.namespace)?;
+        toolgate_api::convert::skill_message(&self.loaded().policies, &ns, &req.name, None)
     }
 
     async fn get(&self, caller: &Caller, id: &str) -> Result<pb::Call, ApiError> {

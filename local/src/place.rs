@@ -31,15 +31,19 @@ pub(crate) struct Placed {
 /// is asked at proposal time too, before anyone approves the call.
 pub(crate) fn sandbox_plan(
     config: &Config,
+    hidden: &[PathBuf],
     target: &RunTarget<'_>,
 ) -> Result<(toolgate_sandbox::SandboxPlan, FsRules), toolgate_sandbox::ResolveError> {
     let env: Vec<(String, String)> = std::env::vars().collect();
+    let private: Vec<PathBuf> = std::iter::once(config.data.clone())
+        .chain(hidden.iter().cloned())
+        .collect();
     let plan = toolgate_sandbox::resolve(
         target.policy,
         &Context {
             workspace: &config.workspace,
             env: &env,
-            private: std::slice::from_ref(&config.data),
+            private: &private,
             timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
             executor_is_the_only_client: toolgate_core::exec::executor_is_the_only_client(
                 &target.tool.spec.execution,
@@ -56,11 +60,12 @@ pub(crate) fn place(
     rec: &CallRecord,
     target: &RunTarget<'_>,
     config: &Config,
+    hidden: &[PathBuf],
     run_dir: &Path,
     issued: Option<Issue>,
 ) -> Result<Placed, Vec<Step>> {
     let policy_name = target.policy_name;
-    let (mut plan, confinement) = sandbox_plan(config, target).map_err(|e| {
+    let (mut plan, confinement) = sandbox_plan(config, hidden, target).map_err(|e| {
         cannot_run(
             SANDBOX_PREPARED,
             reason::SANDBOX_REFUSED,

@@ -67,7 +67,7 @@ impl Runtime {
                 status: &rec.status,
             };
             propose(&snap, &call, &mut status, |target| {
-                crate::place::sandbox_plan(config, target)
+                crate::place::sandbox_plan(config, &loaded.hidden, target)
                     .map(drop)
                     .map_err(|e| e.to_string())
             })

@@ -137,7 +137,14 @@ fn start(
             return Ok(steps);
         }
     };
-    let p = match place(rec, &run.target, &rt.inner.config, run_dir, issued) {
+    let p = match place(
+        rec,
+        &run.target,
+        &rt.inner.config,
+        &loaded.hidden,
+        run_dir,
+        issued,
+    ) {
         Ok(p) => p,
         Err(steps) => return Ok(steps),
     };

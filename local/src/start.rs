@@ -103,7 +103,7 @@ impl Runtime {
         loop {
             tokio::time::sleep(self.inner.config.reload_interval).await;
             let dir = self.inner.config.manifests.clone();
-            let now = crate::manifests::fingerprint(&dir);
+            let now = crate::manifests::fingerprint(&dir, &self.loaded().hidden);
             // A server whose tools changed is a change of the manifests too.
             let rediscovered = self.discover(false).await;
             if now == last && !rediscovered {

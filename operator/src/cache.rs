@@ -15,7 +15,7 @@ use kube::Client;
 use kube::runtime::reflector::{self, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use toolgate_crds::{
-    CredentialBinding, SandboxPolicy, ToolApproval, ToolDescriptor, ToolGrant, ToolPolicy,
+    CredentialBinding, SandboxPolicy, Skill, ToolApproval, ToolDescriptor, ToolGrant, ToolPolicy,
 };
 
 use crate::policies::Namespace;
@@ -39,6 +39,8 @@ pub struct PolicyCache {
     policies: Store<SandboxPolicy>,
     bindings: Store<CredentialBinding>,
     approvals: Store<ToolApproval>,
+    /// Skills, for views (their status says what a view needs; GetSkill reads the files).
+    skills: Store<Skill>,
 }
 
 /// Changes to descriptors and approvals, delivered after the cache applied them.
@@ -95,6 +97,8 @@ impl PolicyCache {
             watcher(scope.api::<CredentialBinding>(client), cfg()),
             b_writer,
         );
+        let (skills, s_writer) = reflector::store();
+        fill(watcher(scope.api::<Skill>(client), cfg()), s_writer);
         Ok((
             Self {
                 descriptors,
@@ -103,6 +107,7 @@ impl PolicyCache {
                 policies,
                 bindings,
                 approvals,
+                skills,
             },
             subscriptions,
         ))
@@ -115,6 +120,7 @@ impl PolicyCache {
         self.tool_policies.wait_until_ready().await?;
         self.policies.wait_until_ready().await?;
         self.bindings.wait_until_ready().await?;
+        self.skills.wait_until_ready().await?;
         self.approvals.wait_until_ready().await
     }
 
@@ -133,7 +139,7 @@ impl PolicyCache {
                 .map(|o| Arc::unwrap_or_clone(o.clone()))
                 .collect()
         }
-        Namespace::assemble(
+        let mut namespace = Namespace::assemble(
             of(&self.descriptors, ns),
             of(&self.grants, ns),
             of(&self.tool_policies, ns),
@@ -141,7 +147,21 @@ impl PolicyCache {
             of(&self.bindings, ns),
             of(&self.approvals, ns),
             call,
-        )
+        );
+        namespace.policies.skills = self
+            .skills
+            .state()
+            .iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
+            .filter_map(|s| {
+                toolgate_core::skill::SkillEntry::from_status(
+                    ns,
+                    s.metadata.name.as_deref()?,
+                    s.status.as_ref()?,
+                )
+            })
+            .collect();
+        namespace
     }
 
     /// A grant as the cache holds it (its status is the budget ledger a charge starts from).
@@ -178,6 +198,7 @@ impl PolicyCache {
             policies: filled(policies),
             bindings: filled(bindings),
             approvals: filled(approvals),
+            skills: filled(Vec::new()),
         }
     }
 }

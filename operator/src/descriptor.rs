@@ -35,6 +35,48 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(2u64.saturating_mul(1u64 << failures.min(8)).min(300))
 }
 
+/// Apply descriptors a parent object generated (an McpServer's discovered tools, a Skill's
+/// scripts) with server-side apply, each owned by the parent and labelled `label`, and delete
+/// the ones carrying that label that are no longer among them.
+pub async fn apply_owned(
+    client: &Client,
+    ns: &str,
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    label: (&str, &str),
+    manifests: &[toolgate_core::manifest::RawManifest],
+) -> Result<(), kube::Error> {
+    let descriptors = Api::<ToolDescriptor>::namespaced(client.clone(), ns);
+    let owners = owner.map(|o| vec![o]);
+    let mut names = Vec::new();
+    for m in manifests {
+        let mut doc = m.value.clone();
+        let Some(name) = doc["metadata"]["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        doc["metadata"]["labels"] = serde_json::json!({ label.0: label.1 });
+        doc["metadata"]["ownerReferences"] = serde_json::to_value(&owners).unwrap_or_default();
+        descriptors
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&doc),
+            )
+            .await?;
+        names.push(name);
+    }
+    for d in descriptors
+        .list(&ListParams::default().labels(&format!("{}={}", label.0, label.1)))
+        .await?
+    {
+        if !names.contains(&d.name_any()) {
+            descriptors
+                .delete(&d.name_any(), &kube::api::DeleteParams::default())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 /// Why a ToolDescriptor reconcile failed; retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

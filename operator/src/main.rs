@@ -22,6 +22,7 @@ mod ops;
 mod policies;
 mod readiness;
 mod scope;
+mod skill;
 mod tool_policy;
 
 async fn client(context: Option<String>) -> anyhow::Result<Client> {
@@ -296,6 +297,7 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
             }
         ),
         tool_policy::run(client.clone(), scope.clone()),
+        skill::run(client.clone(), scope.clone()),
         call::run(
             client,
             config,

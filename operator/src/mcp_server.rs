@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -26,7 +26,7 @@ use kube::{Client, Resource, ResourceExt};
 use toolgate_broker::CredentialBroker;
 use toolgate_crds::{
     CredentialBinding, DiscoveredTool, Lifecycle, McpServer, McpServerSpec, SandboxPolicy,
-    Timestamp, ToolDescriptor,
+    Timestamp,
 };
 
 use crate::descriptor::{FIELD_MANAGER, backoff};
@@ -357,36 +357,16 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
         &listed.tools,
         listed.version.as_deref(),
     );
-    // Each descriptor, owned by the server (deleting the server deletes its tools).
-    let descriptors = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
-    let owner = server.controller_owner_ref(&()).map(|o| vec![o]);
-    for m in &manifests {
-        let mut doc = m.value.clone();
-        let Some(descriptor) = doc["metadata"]["name"].as_str().map(str::to_string) else {
-            continue;
-        };
-        doc["metadata"]["labels"] = serde_json::json!({ SERVER_LABEL: name });
-        doc["metadata"]["ownerReferences"] = serde_json::to_value(&owner).unwrap_or_default();
-        descriptors
-            .patch(
-                &descriptor,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&doc),
-            )
-            .await?;
-    }
-    // Tools the server no longer lists are gone.
-    let listed_names: Vec<&str> = tools.iter().map(|t| t.descriptor.as_str()).collect();
-    for d in descriptors
-        .list(&ListParams::default().labels(&format!("{SERVER_LABEL}={name}")))
-        .await?
-    {
-        if !listed_names.contains(&d.name_any().as_str()) {
-            descriptors
-                .delete(&d.name_any(), &DeleteParams::default())
-                .await?;
-        }
-    }
+    // Each descriptor, owned by the server (deleting the server deletes its tools); the tools
+    // it no longer lists are gone.
+    crate::descriptor::apply_owned(
+        &ctx.client,
+        &ns,
+        server.controller_owner_ref(&()),
+        (SERVER_LABEL, &name),
+        &manifests,
+    )
+    .await?;
     let fingerprints = |t: &[DiscoveredTool]| -> Vec<(String, String)> {
         t.iter()
             .map(|t| (t.tool.clone(), t.digest.clone()))

@@ -24,6 +24,23 @@ def test_view_is_ready_for_a_model_sdk(server):
     assert all(h["code"] and h["reason"] for h in view.hidden)
 
 
+def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
+    with Client(server, token=AGENT) as tg:
+        view = tg.view("the serializer test is failing, fix it", max_tools=16)
+        offered = [s for s in view.skills if s["name"] == "fix-failing-test"]
+        assert offered and offered[0]["reason"], view.skills
+        skill = tg.skill("fix-failing-test")
+        assert skill.instructions.startswith("# Fixing a failing test")
+        assert skill.tools == ["fix-failing-test.locate-test"]
+        call = tg.propose("fix-failing-test.locate-test", {"source": "src/serializer.ts"},
+                          action_type="search", task="find the serializer's test")
+        done = tg.wait(call.id)
+        assert done.phase == "Succeeded", done.conditions
+        with pytest.raises(ToolgateError) as missing:
+            tg.skill("no-such-skill")
+        assert missing.value.code == grpc.StatusCode.NOT_FOUND
+
+
 def test_a_call_runs_and_its_artifact_matches_its_hash(server):
     tg = Client(server, token=AGENT)
     call = tg.propose("file.read", {"path": "src/serializer.ts"}, action_type="read", task="read the serializer")

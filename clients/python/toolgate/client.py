@@ -139,11 +139,25 @@ class Event:
 @dataclass
 class View:
     """The tools a model may see for one intent: ``tools`` is the payload in the requested
-    provider format, ready for the model SDK; ``exposed`` and ``hidden`` say what and why."""
+    provider format, ready for the model SDK; ``exposed`` and ``hidden`` say what and why;
+    ``skills`` the skills the intent matches (instructions to read with ``Client.skill``)."""
 
     tools: Any
     exposed: list
     hidden: list
+    skills: list = field(default_factory=list)
+
+
+@dataclass
+class Skill:
+    """A skill's instructions: what to do, not a permission. Its scripts run only as ``tools``,
+    when a grant allows them."""
+
+    name: str
+    description: str
+    instructions: str
+    instructions_digest: str
+    tools: list
 
 
 class Client:
@@ -231,7 +245,15 @@ class Client:
                 for t in v.exposed
             ],
             hidden=[{"name": h.name, "code": h.code, "reason": h.reason} for h in v.hidden],
+            skills=[{"name": k.name, "description": k.description, "reason": k.reason,
+                     "tools": list(k.tools)} for k in v.skills],
         )
+
+    def skill(self, name: str, *, namespace: str = "") -> Skill:
+        """A skill's instructions (SKILL.md's body)."""
+        k = self._unary(self._stub.GetSkill, pb.GetSkillRequest(namespace=namespace, name=name))
+        return Skill(name=k.name, description=k.description, instructions=k.instructions,
+                     instructions_digest=k.instructions_digest, tools=list(k.tools))
 
     def propose(
         self,

@@ -41,13 +41,25 @@ pub struct Policies {
     pub objects: ObjectSet,
     /// Descriptors and grants, indexed.
     pub registry: Registry,
+    /// The skills an agent may read (they grant nothing).
+    pub skills: Vec<crate::skill::SkillEntry>,
 }
 
 impl Policies {
     /// Register the objects.
     pub fn new(objects: ObjectSet) -> Self {
         let registry = Registry::from_objects(&objects);
-        Policies { objects, registry }
+        Policies {
+            objects,
+            registry,
+            skills: Vec::new(),
+        }
+    }
+
+    /// The same policies with these skills.
+    pub fn with_skills(mut self, skills: Vec<crate::skill::SkillEntry>) -> Self {
+        self.skills = skills;
+        self
     }
 
     /// Whether the decision on `call` may look at dry runs: it is an L5 call, not itself a dry

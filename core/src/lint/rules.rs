@@ -13,6 +13,8 @@ use crate::{digest, risk, secrets, template};
 
 /// The finding of a tool discovered on an MCP server that no reviewer has read in this version.
 pub const MCP_NOT_REVIEWED: &str = "mcp-not-reviewed";
+/// A skill's script tool nobody has reviewed at this digest.
+pub const SKILL_NOT_REVIEWED: &str = "skill-not-reviewed";
 
 /// One finding of an object: severity, field path, code, message.
 pub type Local = (Severity, String, &'static str, String);
@@ -156,6 +158,27 @@ pub(super) fn check_objects(
                         "schema-format",
                         format!(
                             "expected a name without dots (its tools are named <server>.<tool>), found {:?}",
+                            obj.meta.name
+                        ),
+                    ));
+                }
+            }
+            Spec::Skill(k) => {
+                reference(
+                    obj,
+                    "SandboxPolicy",
+                    &k.sandbox_policy_ref.name,
+                    "spec.sandboxPolicyRef.name",
+                    declared,
+                    &mut local,
+                );
+                if !crate::names::is_dns_label(&obj.meta.name) {
+                    local.push((
+                        Severity::Error,
+                        "metadata.name".into(),
+                        "schema-format",
+                        format!(
+                            "expected a name without dots (its tools are named <skill>.<tool>), found {:?}",
                             obj.meta.name
                         ),
                     ));
@@ -486,14 +509,33 @@ fn descriptor(
 
     // A tool discovered on an MCP server says what its server says: a person reads this exact
     // version before any model sees it (a changed description or schema needs a new review).
-    if d.source.type_ == toolgate_crds::SourceType::Mcp {
-        let digest = digest::descriptor_digest(d).unwrap_or_default();
-        if obj
-            .meta
+    let reviewed = |digest: &str| {
+        obj.meta
             .annotations
             .get(super::poisoning::REVIEWED_ANNOTATION)
-            != Some(&digest)
-        {
+            .is_some_and(|r| r == digest)
+    };
+    if d.source.type_ == toolgate_crds::SourceType::Skill {
+        let digest = digest::descriptor_digest(d).unwrap_or_default();
+        if !reviewed(&digest) {
+            let (skill, _) = d
+                .canonical_name
+                .split_once('.')
+                .unwrap_or((&d.canonical_name, ""));
+            out.push((
+                Severity::Warning,
+                "metadata.annotations".into(),
+                SKILL_NOT_REVIEWED,
+                format!(
+                    "declared by skill {skill}: the script's tool stays out of every view until a reviewer who read this version (declaration and script) enables it: {{tool: {}, digest: {digest:?}}} in Skill {skill}'s spec.enabled",
+                    d.canonical_name.strip_prefix(&format!("{skill}.")).unwrap_or(&d.canonical_name),
+                ),
+            ));
+        }
+    }
+    if d.source.type_ == toolgate_crds::SourceType::Mcp {
+        let digest = digest::descriptor_digest(d).unwrap_or_default();
+        if !reviewed(&digest) {
             out.push((
                 Severity::Warning,
                 "metadata.annotations".into(),

@@ -46,7 +46,10 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
         for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
             let p = e.expect("entry").path();
             if p.is_dir() {
-                stack.push(p);
+                // A skill's folder is read through its Skill manifest.
+                if !p.join(toolgate_core::skill::SKILL_FILE).is_file() {
+                    stack.push(p);
+                }
             } else if p.extension().is_some_and(|e| e == "yaml")
                 && !p
                     .to_string_lossy()
@@ -71,7 +74,49 @@ pub fn documents(dir: &str) -> Vec<RawManifest> {
         assert!(findings.is_empty(), "{findings:?}");
         docs.extend(d);
     }
+    let skills: Vec<RawManifest> = docs
+        .iter()
+        .filter(|d| d.value["kind"] == "Skill")
+        .flat_map(skill_descriptors)
+        .collect();
+    docs.extend(skills);
     docs
+}
+
+/// The descriptors a Skill manifest's folder declares (what the runtimes register).
+fn skill_descriptors(doc: &RawManifest) -> Vec<RawManifest> {
+    let spec: toolgate_crds::SkillSpec =
+        serde_json::from_value(doc.value["spec"].clone()).expect("Skill spec");
+    let folder = Path::new(&doc.origin.source)
+        .parent()
+        .expect("folder")
+        .join(spec.path.as_deref().expect("spec.path"));
+    let mut files = toolgate_core::skill::Files::default();
+    let mut stack = vec![folder.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("skill folder") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(&folder)
+                    .expect("inside")
+                    .display()
+                    .to_string();
+                files.files.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    let meta = &doc.value["metadata"];
+    toolgate_core::skill::load(
+        meta["namespace"].as_str().unwrap_or("default"),
+        meta["name"].as_str().expect("name"),
+        &spec,
+        &files,
+    )
+    .expect("the skill loads")
+    .manifests
 }
 
 /// The example manifests.

@@ -39,7 +39,7 @@ impl Backend for KubeBackend {
         self.in_scope(&ns)?;
         let cluster = self.cache.namespace(&ns, "");
         tool_view(
-            &cluster.policies.registry,
+            &cluster.policies,
             &cluster.usage,
             &ns,
             &caller.principal,
@@ -271,7 +271,7 @@ impl Backend for KubeBackend {
         let cluster = self.cache.namespace(&ns, &name);
         let lifecycle_call = call_of(&call, &name, &ns, &status);
         let view = tool_view(
-            &cluster.policies.registry,
+            &cluster.policies,
             &cluster.usage,
             &ns,
             &lifecycle_call.principal(),
@@ -301,6 +301,42 @@ impl Backend for KubeBackend {
                 sandbox,
             },
         ))
+    }
+
+    async fn skill(
+        &self,
+        caller: &Caller,
+        req: pb::GetSkillRequest,
+    ) -> Result<pb::Skill, ApiError> {
+        let ns = namespace_of(caller, &req.namespace)?;
+        self.in_scope(&ns)?;
+        let cluster = self.cache.namespace(&ns, "");
+        if !cluster.policies.skills.iter().any(|s| s.name == req.name) {
+            return Err(ApiError::NotFound {
+                what: format!("Skill {ns}/{}", req.name),
+            });
+        }
+        // The instructions are read now, from the files the status was computed from or newer.
+        let skill = kube::Api::<toolgate_crds::Skill>::namespaced(self.client.clone(), &ns)
+            .get_opt(&req.name)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| ApiError::NotFound {
+                what: format!("Skill {ns}/{}", req.name),
+            })?;
+        let loaded = crate::skill::read(&self.client, &ns, &skill)
+            .await
+            .map_err(
+                |crate::skill::Unread(code, message)| ApiError::FailedPrecondition {
+                    code: if code == "ReferenceMissing" {
+                        "skill-files-missing"
+                    } else {
+                        "skill-invalid"
+                    },
+                    message,
+                },
+            )?;
+        toolgate_api::convert::skill_message(&cluster.policies, &ns, &req.name, Some(loaded))
     }
 
     async fn artifact(
