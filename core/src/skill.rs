@@ -414,7 +414,7 @@ pub fn load(
                 trust_level: spec.trust_level,
                 manifest_hash: Some(crate::digest::sha256(content.as_bytes())),
                 signature: None,
-                source_refs: vec![format!("skill:{namespace}/{name}/{}", tool.script)],
+                source_refs: vec![format!("skill:{name}/{}", tool.script)],
             },
             observability: None,
             deprecation: None,
