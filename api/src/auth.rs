@@ -16,6 +16,9 @@ pub struct Caller {
     pub principal: Principal,
     /// Namespaces where the caller may approve, deny and inspect others' calls.
     pub approver_in: Vec<String>,
+    /// Set when the caller is a subagent acting with a delegation token: the delegation its
+    /// calls belong to.
+    pub delegation: Option<toolgate_crds::CallDelegation>,
 }
 
 impl Caller {
@@ -94,6 +97,7 @@ impl TokenFile {
                 return Err(format!("[{i}].principal: expected a principal name"));
             }
             let caller = Caller {
+                delegation: None,
                 principal: Principal::new(e.principal).with_groups(e.groups),
                 approver_in: e.approver_in,
             };

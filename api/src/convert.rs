@@ -95,6 +95,11 @@ pub fn call_message(
         idempotency_key: spec.idempotency_key.clone().unwrap_or_default(),
         dry_run: spec.dry_run,
         exit_code: result.and_then(|r| r.exit_code),
+        parent_call: spec
+            .delegation
+            .as_ref()
+            .map(|d| d.parent_call.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -126,6 +131,7 @@ pub fn tool_view(
     namespace: &str,
     principal: &Principal,
     req: &pb::GetToolViewRequest,
+    only: Option<&[String]>,
 ) -> Result<pb::ToolView, ApiError> {
     let format = view_format(req.format)?;
     let max_tools = match req.max_tools {
@@ -153,7 +159,7 @@ pub fn tool_view(
     };
     let failures = BTreeMap::new();
     let registry = &policies.registry;
-    let view = compile_view(
+    let mut view = compile_view(
         registry,
         &ViewRequest {
             namespace,
@@ -168,6 +174,22 @@ pub fn tool_view(
             usage,
         },
     );
+    // A subagent sees its delegator's tools that its delegation allows, no others.
+    if let Some(only) = only {
+        let (kept, dropped): (Vec<_>, Vec<_>) = std::mem::take(&mut view.exposed)
+            .into_iter()
+            .partition(|t| only.contains(&t.name));
+        view.exposed = kept;
+        view.hidden.extend(
+            dropped
+                .into_iter()
+                .map(|t| toolgate_core::view::HiddenTool {
+                    name: t.name,
+                    code: "delegation-not-allowed",
+                    reason: "not among the tools the delegation allows".into(),
+                }),
+        );
+    }
     Ok(pb::ToolView {
         exposed: view
             .exposed
@@ -277,6 +299,8 @@ pub struct Trace {
     pub approver: String,
     /// How the sandbox was resolved (`toolgate_core::lifecycle::sandbox_view`; null: unknown).
     pub sandbox: serde_json::Value,
+    /// A delegation's calls (its subagent's), by id.
+    pub children: Vec<String>,
 }
 
 /// A call's recorded artifact by id, or NotFound in words both backends use.
@@ -337,5 +361,6 @@ pub fn explanation(call: pb::Call, status: &ToolCallStatus, trace: Trace) -> pb:
             .and_then(|r| r.verifier.as_ref())
             .and_then(|v| serde_json::to_string(v).ok())
             .unwrap_or_default(),
+        children: trace.children,
     }
 }

@@ -86,11 +86,16 @@ impl Proposal {
             principal_groups: caller.principal.groups.clone(),
             args: self.args,
             intent: self.intent,
-            proposed_by: Default::default(),
+            proposed_by: if caller.delegation.is_some() {
+                toolgate_crds::ProposedBy::Subagent
+            } else {
+                Default::default()
+            },
             session_id: self.session_id,
             run_id: None,
             idempotency_key: self.idempotency_key,
             dry_run: self.dry_run,
+            delegation: caller.delegation.clone(),
         }
     }
 }
@@ -98,6 +103,20 @@ impl Proposal {
 /// The namespace a request acts in: the one it names, or the caller's service-account namespace.
 /// Either way a DNS label, so it is safe as a folder or an API path.
 pub fn namespace_of(caller: &Caller, requested: &str) -> Result<String, ApiError> {
+    // A subagent acts in its delegation's namespace only.
+    if caller.delegation.is_some()
+        && let Some(ns) = toolgate_core::delegation::namespace_of_principal(caller.name())
+    {
+        if !requested.is_empty() && requested != ns {
+            return Err(ApiError::PermissionDenied {
+                code: "delegation-namespace",
+                message: format!(
+                    "a subagent acts in its delegation's namespace {ns}, not {requested}"
+                ),
+            });
+        }
+        return Ok(ns.to_string());
+    }
     if !requested.is_empty() {
         crate::validate::namespace("namespace", requested)?;
         return Ok(requested.to_string());
@@ -236,6 +255,7 @@ mod properties {
         Caller {
             principal: Principal::new("system:serviceaccount:team-a:fixer"),
             approver_in: vec![],
+            delegation: None,
         }
     }
 
@@ -244,6 +264,7 @@ mod properties {
         let caller = Caller {
             principal: Principal::new("alice@example.com").with_groups(["team-a-reviewers"]),
             approver_in: vec![],
+            delegation: None,
         };
         let req = pb::ProposeCallRequest {
             namespace: "team-a".into(),

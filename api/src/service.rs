@@ -9,8 +9,9 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use toolgate_proto::v1::toolgate_server::{Toolgate, ToolgateServer};
 use toolgate_proto::v1::{
-    ApproveCallRequest, ArtifactChunk, Call, CallEvent, CancelCallRequest, DenyCallRequest,
-    ExplainCallRequest, Explanation, GetArtifactRequest, GetCallRequest, GetSkillRequest,
+    ApproveCallRequest, ArtifactChunk, Call, CallEvent, CancelCallRequest,
+    CompleteDelegationRequest, DelegationToken, DenyCallRequest, ExplainCallRequest, Explanation,
+    GetArtifactRequest, GetCallRequest, GetDelegationTokenRequest, GetSkillRequest,
     GetToolViewRequest, ListCallsRequest, ListCallsResponse, ProposeCallRequest, Skill, ToolView,
     WatchCallRequest,
 };
@@ -56,6 +57,18 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<BoxStream<ArtifactChunk>, ApiError>;
     /// A skill's instructions.
     async fn skill(&self, caller: &Caller, req: GetSkillRequest) -> Result<Skill, ApiError>;
+    /// A running delegation's token, for its principal, once.
+    async fn delegation_token(
+        &self,
+        caller: &Caller,
+        req: GetDelegationTokenRequest,
+    ) -> Result<DelegationToken, ApiError>;
+    /// End the caller's delegation with its subagent's report.
+    async fn complete_delegation(
+        &self,
+        caller: &Caller,
+        req: CompleteDelegationRequest,
+    ) -> Result<Call, ApiError>;
 }
 
 /// The gRPC service over a backend.
@@ -199,6 +212,28 @@ impl<B: Backend> Toolgate for Service<B> {
         let req = checked(req)?;
         let s = self.backend.artifact(&caller, req).await?;
         Ok(Response::new(stream(s)))
+    }
+
+    async fn get_delegation_token(
+        &self,
+        req: Request<GetDelegationTokenRequest>,
+    ) -> Result<Response<DelegationToken>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = checked(req)?;
+        Ok(Response::new(
+            self.backend.delegation_token(&caller, req).await?,
+        ))
+    }
+
+    async fn complete_delegation(
+        &self,
+        req: Request<CompleteDelegationRequest>,
+    ) -> Result<Response<Call>, Status> {
+        let caller = self.caller(&req).await?;
+        let req = checked(req)?;
+        Ok(Response::new(
+            self.backend.complete_delegation(&caller, req).await?,
+        ))
     }
 
     async fn get_skill(&self, req: Request<GetSkillRequest>) -> Result<Response<Skill>, Status> {

@@ -243,6 +243,33 @@ impl Checked for pb::GetToolViewRequest {
     }
 }
 
+impl Checked for pb::GetDelegationTokenRequest {
+    fn check(&self) -> Result<(), ApiError> {
+        call_id("call_id", &self.call_id)
+    }
+}
+
+impl Checked for pb::CompleteDelegationRequest {
+    fn check(&self) -> Result<(), ApiError> {
+        text(
+            "summary",
+            &self.summary,
+            toolgate_core::delegation::MAX_SUMMARY_BYTES,
+        )?;
+        let max = toolgate_core::args::ArgsLimits::default().max_bytes;
+        if self.result_json.len() > max {
+            return Err(ApiError::field(
+                "result_json",
+                format!(
+                    "expected at most {max} bytes of JSON, got {}",
+                    self.result_json.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Checked for pb::GetSkillRequest {
     fn check(&self) -> Result<(), ApiError> {
         optional_namespace("namespace", &self.namespace)?;

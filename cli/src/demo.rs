@@ -49,6 +49,31 @@ const EXAMPLES: &[(&str, &str)] = &[
         "tools/web-fetch.yaml",
         include_str!("../../examples/tools/web-fetch.yaml"),
     ),
+    (
+        "tools/review-delegate.yaml",
+        include_str!("../../examples/tools/review-delegate.yaml"),
+    ),
+    ("skills.yaml", include_str!("../../examples/skills.yaml")),
+    (
+        "skills/fix-failing-test/SKILL.md",
+        include_str!("../../examples/skills/fix-failing-test/SKILL.md"),
+    ),
+    (
+        "skills/fix-failing-test/toolgate.yaml",
+        include_str!("../../examples/skills/fix-failing-test/toolgate.yaml"),
+    ),
+    (
+        "skills/fix-failing-test/scripts/locate_test.py",
+        include_str!("../../examples/skills/fix-failing-test/scripts/locate_test.py"),
+    ),
+    (
+        "skills/fix-failing-test/scripts/reset_workspace.sh",
+        include_str!("../../examples/skills/fix-failing-test/scripts/reset_workspace.sh"),
+    ),
+    (
+        "skills/fix-failing-test/references/checklist.md",
+        include_str!("../../examples/skills/fix-failing-test/references/checklist.md"),
+    ),
     ("grants.yaml", include_str!("../../examples/grants.yaml")),
     (
         "tool-policies.yaml",
@@ -271,6 +296,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         Caller {
             principal: Principal::new(FIXER),
             approver_in: vec![],
+            delegation: None,
         },
     );
     tokens.insert(
@@ -278,6 +304,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         Caller {
             principal: Principal::new(REVIEWER).with_groups(["team-a-reviewers"]),
             approver_in: vec!["team-a".into()],
+            delegation: None,
         },
     );
     let auth: Arc<dyn Authenticator> = Arc::new(tokens);
@@ -293,6 +320,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     )
     .await?;
     let addr = started.addr;
+    let auth = started.runtime.authenticator(auth);
     let runtime = Arc::new(started.runtime);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(toolgate_api::serve(

@@ -330,6 +330,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             args.manifests.display(),
             data.display()
         );
+        let auth = started.runtime.authenticator(auth);
         toolgate_api::serve(
             Arc::new(started.runtime),
             auth,

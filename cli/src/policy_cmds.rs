@@ -163,6 +163,7 @@ pub fn check(
             principal: &principal,
             dry_runs: &[],
             tool_policies: None,
+            delegation: None,
         };
         let decision = decide_in(&registry, &call, &approvals, now, &ArgsLimits::default());
         let code = match decision.outcome {

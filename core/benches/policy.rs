@@ -185,6 +185,7 @@ fn main() {
         principal: &principal,
         dry_runs: &[],
         tool_policies: None,
+        delegation: None,
     };
     let now: jiff::Timestamp = "2026-11-30T00:00:00Z".parse().expect("now");
     let limits = ArgsLimits::default();

@@ -160,6 +160,9 @@ pub struct CallUnderReview<'a> {
     pub dry_runs: &'a [DryRunEntry<'a>],
     /// The namespace's ToolPolicies (Cedar), evaluated once the built-in rules allow the call.
     pub tool_policies: Option<&'a ToolPolicies>,
+    /// The delegation a subagent's call belongs to, as the runtime found it (`None` for a call
+    /// that is not a subagent's, or whose delegation is gone: then it is denied).
+    pub delegation: Option<&'a crate::delegation::Scope>,
 }
 
 /// An approval with whether it was already used.
@@ -216,6 +219,34 @@ pub fn decide(
     d.risk_tier = Some(tool.tier);
     d.risk_level = Some(tool.spec.risk.level);
     d.tool_digest = Some(tool.digest.clone());
+
+    // A subagent's call: within its delegation (live, an allowed tool, budget left), decided
+    // with the delegator's grants.
+    if let Some(delegation) = &spec.delegation {
+        match call.delegation {
+            None => {
+                return d.deny(
+                    "delegation-not-live",
+                    format!(
+                        "delegation {} is not a running call",
+                        delegation.parent_call
+                    ),
+                );
+            }
+            Some(scope) => {
+                if let Err((code, message)) = scope.admits(&tool.name) {
+                    return d.deny(code, message);
+                }
+                d.because(
+                    "delegation-admits",
+                    format!(
+                        "delegation {} allows {} ({} of {} call(s) used)",
+                        scope.parent, tool.name, scope.calls_used, scope.max_calls
+                    ),
+                );
+            }
+        }
+    }
 
     // A tool whose input schema does not even compile cannot validate args: say what it is.
     if tool.input_validator.is_none() && !tool.is_callable() {

@@ -8,6 +8,7 @@ pub mod args;
 pub mod budget;
 pub mod cedar;
 pub mod decision;
+pub mod delegation;
 pub mod digest;
 pub mod eval;
 pub mod exec;

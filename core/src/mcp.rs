@@ -471,6 +471,7 @@ fn normalize_one(
         },
         observability: None,
         deprecation: None,
+        subagent: None,
         disabled: false,
     };
     let mut spec = spec;

@@ -398,6 +398,7 @@ pub fn replay(old: &Registry, new: &Registry, calls: &[RecordedCall]) -> Vec<Rep
                 principal: &principal,
                 dry_runs: &[],
                 tool_policies: None,
+                delegation: None,
             },
             &[],
             c.decided_at,

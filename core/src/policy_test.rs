@@ -173,6 +173,7 @@ pub fn run(
                     principal: &principal,
                     dry_runs: &[],
                     tool_policies: None,
+                    delegation: None,
                 },
                 &[],
                 case.now.or(file.now).unwrap_or(now),

@@ -418,6 +418,7 @@ pub fn load(
             },
             observability: None,
             deprecation: None,
+            subagent: None,
             disabled: false,
         };
         let digest = crate::digest::descriptor_digest(&d).unwrap_or_default();

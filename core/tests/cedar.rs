@@ -131,6 +131,7 @@ fn decide_with(
             principal,
             dry_runs: &[],
             tool_policies: None,
+            delegation: None,
         },
         approvals,
         now(),

@@ -78,6 +78,7 @@ fn decide_as(
         principal,
         dry_runs: &[],
         tool_policies: None,
+        delegation: None,
     };
     decide_in(registry, &call, approvals, now(), &ArgsLimits::default())
 }

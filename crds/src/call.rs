@@ -92,6 +92,27 @@ pub struct ToolCallSpec {
     /// Ask the tool what it would do without doing it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Set by toolgate on a call a subagent proposes with its delegation token: the delegation
+    /// it belongs to. Its grants are the delegator's, limited to the subagent's allowed tools,
+    /// and it counts against the delegation's budget. Never trusted from a caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<CallDelegation>,
+}
+
+/// The delegation a subagent's call belongs to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallDelegation {
+    /// The delegation call (a call of a subagent tool) in the same namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub parent_call: String,
+    /// The parent call's principal: the grants the subagent's calls are decided with.
+    #[schemars(length(min = 1, max = 512))]
+    pub delegator: String,
+    /// The delegator's groups, as recorded on the parent call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 256)))]
+    pub delegator_groups: Vec<String>,
 }
 
 /// A pinned tool reference.

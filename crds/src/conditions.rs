@@ -131,6 +131,8 @@ pub mod reason {
     // Started
     /// The executor was started (in the local sandbox, or its pod was created).
     pub const EXECUTOR_STARTED: &str = "ExecutorStarted";
+    /// A delegation: no sandbox of its own; its subagent acts with a token scoped to it.
+    pub const DELEGATED: &str = "Delegated";
     /// toolgate stopped while the call ran (also on Finished).
     pub const INTERRUPTED: &str = "Interrupted";
 

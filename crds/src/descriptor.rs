@@ -70,6 +70,11 @@ use crate::common::{
         "fieldPath": ".execution.http"
     },
     {
+        "rule": "(self.execution.adapter == 'subagent') == has(self.subagent) && (self.execution.adapter != 'subagent' || self.source.type == 'subagent')",
+        "message": "a subagent tool (source.type subagent) delegates with execution.adapter: subagent and says what it allows in spec.subagent; no other tool has a subagent block",
+        "fieldPath": ".subagent"
+    },
+    {
         "rule": "self.execution.adapter != 'mcp' || (has(self.execution.mcp) && ((has(self.execution.argv) && size(self.execution.argv) > 0) != has(self.execution.mcp.url)))",
         "message": "an mcp tool names its tool there (execution.mcp.tool) and its server: a command started on stdio (execution.argv) or a streamable HTTP endpoint (execution.mcp.url), one of them",
         "fieldPath": ".execution.mcp"
@@ -125,6 +130,10 @@ pub struct ToolDescriptorSpec {
     /// and its lifecycle reads `deprecated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deprecation: Option<Deprecation>,
+    /// The delegation a `subagent` tool grants: what the subagent may use and for how long.
+    /// Required with `execution.adapter: subagent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<SubagentSpec>,
     /// Disables the tool: calls are denied and it never appears in a view.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disabled: bool,
@@ -551,6 +560,77 @@ pub enum ExecutionAdapter {
     Builtin,
     /// Invoke a tool on an MCP server.
     Mcp,
+    /// Delegate to a subagent: no sandbox; toolgate issues the subagent a token scoped to this
+    /// call, and the subagent ends the call with its summary and result.
+    Subagent,
+}
+
+/// A governed delegation to a subagent. toolgate runs no model: the subagent is an external
+/// agent that authenticates with the delegation token toolgate issues for one call (to the
+/// call's principal, once), scoped to it and dead when it ends.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentSpec {
+    /// Which agent the delegation is for (`code-reviewer`); the identity its calls are recorded
+    /// under is `system:toolgate:delegation:<namespace>:<call>`.
+    #[schemars(length(min = 1, max = 128))]
+    pub agent_id: String,
+    /// The tools the subagent may call: its grants are the delegator's, limited to these.
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 128)))]
+    pub allowed_tools: Vec<String>,
+    /// What of the parent's context the subagent gets and what comes back.
+    pub context_policy: SubagentContextPolicy,
+    /// The delegation's budget.
+    pub budget: SubagentBudget,
+}
+
+/// What crosses a delegation, each way.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentContextPolicy {
+    /// What of the parent call the subagent is handed with its token: `none` (the args only),
+    /// `summary` (also the parent's intent), `selected_refs` (also its evidence references).
+    pub inherit_parent_context: InheritContext,
+    /// Whether the parent's result lists what each of the subagent's calls returned (its
+    /// previews); otherwise only the count and the call ids.
+    #[serde(default)]
+    pub return_transcript: bool,
+    /// Whether the subagent's summary becomes the parent's output preview.
+    #[serde(default = "yes")]
+    pub return_summary: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What of the parent's context a subagent gets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InheritContext {
+    /// The args alone.
+    None,
+    /// The args and the parent's intent (goal, task, rationale).
+    Summary,
+    /// The args, the intent and the parent's evidence references.
+    SelectedRefs,
+}
+
+/// A delegation's budget.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentBudget {
+    /// Calls the subagent may have decided (a denied proposal counts nothing).
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_calls: u32,
+    /// Tokens the subagent says it may spend (reported by the subagent with its result; toolgate
+    /// does not meter a model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u64>,
+    /// How long the delegation lives after it started; then it fails and its token dies.
+    #[schemars(range(min = 1000, max = 86400000))]
+    pub timeout_ms: u64,
 }
 
 /// Operations built into the executor, for what a CLI cannot do safely without a shell.

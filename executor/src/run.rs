@@ -48,6 +48,12 @@ pub async fn execute(
         ExecutionAdapter::Mcp => {
             crate::mcp::run_mcp(spec, credentials, credentials_dir, &store, &redactor).await?
         }
+        // A delegation runs nowhere: its subagent reports to the runtime.
+        ExecutionAdapter::Subagent => {
+            return Err(ExecError::Unrunnable(
+                "a subagent tool is a delegation; no executor runs it".into(),
+            ));
+        }
     };
     if let Some(before) = before {
         let changes = effects::compare(&before, &effects::snapshot(&spec.write_roots));

@@ -42,8 +42,7 @@ impl Runtime {
         let rec = self
             .transition(id, |rec| {
                 let dry_runs = self.dry_runs_for(&loaded, rec)?;
-                let earlier =
-                    self.snapshot(&loaded, &rec.namespace, &rec.approvals, &[], &dry_runs)?;
+                let earlier = self.snapshot(&loaded, rec, &rec.approvals, &[], &dry_runs)?;
                 let spec = issue(&earlier, &call_of(rec), &request)?;
                 let mut approvals = rec.approvals.clone();
                 approvals.push(ApprovalRecord {
@@ -51,7 +50,7 @@ impl Runtime {
                     spec,
                     consumed: false,
                 });
-                let snap = self.snapshot(&loaded, &rec.namespace, &approvals, &[], &dry_runs)?;
+                let snap = self.snapshot(&loaded, rec, &approvals, &[], &dry_runs)?;
                 let mut status = rec.status.clone();
                 let steps = awaiting(&snap, &call_of(rec), &mut status);
                 if steps.is_empty() {

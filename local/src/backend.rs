@@ -50,12 +50,23 @@ impl Runtime {
         principal: &Principal,
         req: &pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
+        self.view_within(namespace, principal, req, None)
+    }
+
+    fn view_within(
+        &self,
+        namespace: &str,
+        principal: &Principal,
+        req: &pb::GetToolViewRequest,
+        only: Option<&[String]>,
+    ) -> Result<pb::ToolView, ApiError> {
         toolgate_api::convert::tool_view(
             &self.loaded().policies,
             &self.usage(namespace, jiff::Timestamp::now())?,
             namespace,
             principal,
             req,
+            only,
         )
     }
 }
@@ -68,7 +79,38 @@ impl Backend for Runtime {
         req: pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
         let ns = toolgate_api::request::namespace_of(caller, &req.namespace)?;
-        self.view_for(&ns, &caller.principal, &req)
+        let Some(d) = &caller.delegation else {
+            return self.view_for(&ns, &caller.principal, &req);
+        };
+        // A subagent sees what its delegator may call, narrowed to what its delegation allows.
+        let allowed = self
+            .store()
+            .get(&d.parent_call)
+            .map_err(internal)?
+            .and_then(|parent| self.subagent_of(&self.loaded(), &parent))
+            .map(|s| s.allowed_tools)
+            .unwrap_or_default();
+        let delegator = Principal::new(d.delegator.clone()).with_groups(d.delegator_groups.clone());
+        self.view_within(&ns, &delegator, &req, Some(&allowed))
+    }
+
+    async fn delegation_token(
+        &self,
+        caller: &Caller,
+        req: pb::GetDelegationTokenRequest,
+    ) -> Result<pb::DelegationToken, ApiError> {
+        Runtime::get(self, caller, &req.call_id)?;
+        Runtime::delegation_token(self, caller, &req.call_id).await
+    }
+
+    async fn complete_delegation(
+        &self,
+        caller: &Caller,
+        req: pb::CompleteDelegationRequest,
+    ) -> Result<pb::Call, ApiError> {
+        Ok(call_message(
+            &Runtime::complete_delegation(self, caller, req).await?,
+        ))
     }
 
     async fn propose(
@@ -222,7 +264,7 @@ impl Backend for Runtime {
         )?;
         let loaded = self.loaded();
         let sandbox = toolgate_core::lifecycle::sandbox_view(
-            &self.snapshot(&loaded, &rec.namespace, &rec.approvals, &[], &[])?,
+            &self.snapshot(&loaded, &rec, &rec.approvals, &[], &[])?,
             &call,
             serde_json::json!({"runtime": "local", "plan": rec.sandbox}),
         );
@@ -245,6 +287,7 @@ impl Backend for Runtime {
                     .collect::<Vec<_>>()
                     .join(", "),
                 sandbox,
+                children: self.children(&rec)?.into_iter().map(|c| c.id).collect(),
             },
         ))
     }

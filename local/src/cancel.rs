@@ -19,7 +19,9 @@ impl Runtime {
         let rec = self.get(caller, id)?;
         may_cancel(&rec.id, &rec.status)?;
         let who = cancellation(caller.name(), reason);
-        if rec.status.phase == Some(CallPhase::Running) {
+        // A running delegation has no sandbox to kill: it ends here (its token with it).
+        let delegation = self.subagent_of(&self.loaded(), &rec).is_some();
+        if rec.status.phase == Some(CallPhase::Running) && !delegation {
             lock(&self.inner.cancelled).insert(id.to_string(), who);
             if let Some(pgid) = lock(&self.inner.running).get(id).copied() {
                 kill_group(pgid);

@@ -9,6 +9,7 @@
 mod approve;
 pub mod backend;
 mod cancel;
+pub mod delegate;
 mod discover;
 mod lease;
 pub mod manifests;

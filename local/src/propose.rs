@@ -54,12 +54,13 @@ impl Runtime {
             attempts: 0,
             leases: Vec::new(),
             traceparent: toolgate_api::trace::request_traceparent(),
+            delegation_token: None,
         };
         let session = self.session_approvals(&rec)?;
         let config = &self.inner.config;
         let mut status = rec.status.clone();
         let steps = {
-            let snap = self.snapshot(&loaded, &rec.namespace, &[], &session, &[])?;
+            let snap = self.snapshot(&loaded, &rec, &[], &session, &[])?;
             let call = Call {
                 namespace: &rec.namespace,
                 name: &rec.id,

@@ -65,6 +65,14 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
         .transition(id, |rec| start(rt, rec, &run_dir, issued, &mut placed))
         .await?;
     let Some(p) = placed else {
+        // An open delegation ends by its subagent's report, its cancellation or its time.
+        if rec.status.phase == Some(CallPhase::Running)
+            && let Some(subagent) = rt.subagent_of(&rt.loaded(), &rec)
+            && let Some(at) = toolgate_core::delegation::expires_at(&rec.status, &subagent)
+        {
+            rt.expire_later(rec.id.clone(), subagent, at);
+            return Ok(());
+        }
         let _ = std::fs::remove_dir_all(&run_dir);
         // A credential issued for a run that did not start is revoked at once.
         crate::lease::revoke_held(rt, &rec);
@@ -127,8 +135,29 @@ fn start(
     let session = rt.session_approvals(rec)?;
     let own = rec.approvals.clone();
     let dry_runs = rt.dry_runs_for(&loaded, rec)?;
-    let snap = rt.snapshot(&loaded, &rec.namespace, &own, &session, &dry_runs)?;
+    let snap = rt.snapshot(&loaded, rec, &own, &session, &dry_runs)?;
     let mut status = rec.status.clone();
+    // A delegation runs nowhere: it opens, and its subagent acts with its token.
+    if rt.subagent_of(&loaded, rec).is_some() {
+        let started =
+            match toolgate_core::lifecycle::start_delegation(&snap, &call_of(rec), &mut status) {
+                Ok(s) => s,
+                Err(steps) => {
+                    rec.status = status;
+                    return Ok(steps);
+                }
+            };
+        rec.status = status;
+        rec.attempts += 1;
+        for a in rec
+            .approvals
+            .iter_mut()
+            .filter(|a| started.consumes.contains(&a.name.as_str()))
+        {
+            a.consumed = true;
+        }
+        return Ok(started.steps);
+    }
     // Decided again inside the transaction: what the broker was asked for may be stale.
     let run = match plan_run(&snap, &call_of(rec), &mut status) {
         Ok(run) => run,
@@ -184,7 +213,7 @@ fn with_snapshot<T>(
     let loaded = rt.loaded();
     let session = rt.session_approvals(rec)?;
     let dry_runs = rt.dry_runs_for(&loaded, rec)?;
-    let snap = rt.snapshot(&loaded, &rec.namespace, &rec.approvals, &session, &dry_runs)?;
+    let snap = rt.snapshot(&loaded, rec, &rec.approvals, &session, &dry_runs)?;
     let mut status = rec.status.clone();
     Ok(f(&snap, &mut status))
 }

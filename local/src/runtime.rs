@@ -257,7 +257,7 @@ impl Runtime {
     pub(crate) fn snapshot<'a>(
         &self,
         loaded: &'a Loaded,
-        namespace: &str,
+        rec: &CallRecord,
         own: &'a [ApprovalRecord],
         session: &'a [ApprovalRecord],
         dry_runs: &'a [CallRecord],
@@ -278,7 +278,8 @@ impl Runtime {
         let now = Timestamp::now();
         Ok(Snapshot::new(&loaded.policies, approvals, now)
             .with_dry_runs(dry_runs)
-            .with_usage(self.usage(namespace, now)?))
+            .with_usage(self.usage(&rec.namespace, now)?)
+            .with_delegation(self.delegation_scope(loaded, rec)?))
     }
 
     /// The succeeded dry runs that may confirm `rec`: none unless it is an L5 call whose tool

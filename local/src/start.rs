@@ -85,7 +85,7 @@ impl Runtime {
                     .policies
                     .registry
                     .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                    .is_some_and(|t| t.spec.effects.idempotent);
+                    .is_some_and(|t| toolgate_core::delegation::reruns_after_restart(&t.spec));
                 let rec = self
                     .transition(&rec.id, |_| Ok(interrupted(idempotent)))
                     .await?;
@@ -156,8 +156,7 @@ impl Runtime {
             let dry_runs = self.dry_runs_for(loaded, &rec)?;
             let rec = self
                 .transition(&rec.id, |r| {
-                    let snap =
-                        self.snapshot(loaded, &r.namespace, &r.approvals, &session, &dry_runs)?;
+                    let snap = self.snapshot(loaded, r, &r.approvals, &session, &dry_runs)?;
                     let mut status = r.status.clone();
                     let steps = awaiting(&snap, &call_of(r), &mut status);
                     r.status = status;

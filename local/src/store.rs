@@ -108,6 +108,9 @@ pub struct CallRecord {
     /// The W3C `traceparent` the agent proposed it under, if any: its spans join that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// A delegation's token, as its SHA-256 (hex), once issued. Never shown through the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_token: Option<String>,
 }
 
 impl CallRecord {

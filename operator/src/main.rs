@@ -14,6 +14,7 @@ mod api;
 mod build;
 mod cache;
 mod call;
+mod delegation;
 mod descriptor;
 mod grant;
 mod guard;
@@ -325,6 +326,7 @@ async fn serve_agent_api(
         .with_context(|| format!("--grpc-addr {addr}"))?;
     let auth = std::sync::Arc::new(api::TokenReviewAuth {
         client: backend.client.clone(),
+        cache: backend.cache.clone(),
     });
     tracing::info!(%addr, tls = tls.is_some(), "serving the toolgate.v1 agent API");
     tokio::spawn(async move {

@@ -153,6 +153,38 @@ pub fn grant(namespace: &str, name: &str, tools: &[&str]) -> String {
     )
 }
 
+/// A subagent tool `name` in `namespace`: a delegation to the `helper` subagent allowing
+/// `test.echo` only, for `max_calls` calls and `timeout_ms`, its result `{echoed: <integer>}`.
+pub fn delegation_tool(namespace: &str, name: &str, max_calls: u32, timeout_ms: u64) -> String {
+    format!(
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: ToolDescriptor
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  canonicalName: {name}
+  version: "1.0.0"
+  source: {{type: subagent, sourceId: helper}}
+  description: {{summary: Delegate echoing to the helper subagent.}}
+  intent: {{actionTypes: [subagent_delegate]}}
+  schemas:
+    inputSchema: {{type: object, required: [task], additionalProperties: false, properties: {{task: {{type: string}}}}}}
+    outputSchema: {{type: object, required: [echoed], properties: {{echoed: {{type: integer}}}}}}
+  effects: {{reads: [], writes: [], deletes: [], externalCalls: false, sendsUserData: false,
+            mutatesState: false, idempotent: false, reversible: true, dryRunSupported: false}}
+  risk: {{level: low, destructive: false, openWorld: false}}
+  permissions: {{approvalPolicy: never, requiredScopes: ["workspace:read"]}}
+  contextPolicy: {{exposeToModel: true, exposeOutputToModel: structured, maxOutputPreviewTokens: 500}}
+  execution: {{adapter: subagent, timeoutMs: 600000}}
+  subagent:
+    agentId: helper
+    allowedTools: [test.echo]
+    contextPolicy: {{inheritParentContext: summary, returnTranscript: false}}
+    budget: {{maxCalls: {max_calls}, maxTokens: 1000, timeoutMs: {timeout_ms}}}
+  provenance: {{trustLevel: first_party}}
+"#
+    )
+}
+
 /// The tools every suite uses: an echo, a sleep (idempotent and not), an echo that always
 /// needs an approval.
 pub fn standard_tools() -> Vec<Tool> {

@@ -34,7 +34,8 @@ pub use finish::{
 };
 pub use propose::{decision_steps, propose, requested, same_proposal, unplaceable};
 pub use run::{
-    Credential, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target, start_steps,
+    Credential, DelegationStart, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target,
+    start_delegation, start_steps,
 };
 pub use snapshot::{Call, Policies, Snapshot};
 pub use step::{PHASES, Step, apply, camel, is_terminal, phase_name, reasons_text};

@@ -59,6 +59,13 @@ pub fn unplaceable(
     place: impl FnOnce(&RunTarget<'_>) -> Result<(), String>,
 ) -> Option<Vec<Step>> {
     use toolgate_crds::conditions::SANDBOX_PREPARED;
+    // A delegation is placed nowhere: its subagent's calls are, each when proposed.
+    if snapshot
+        .tool(call)
+        .is_some_and(|t| crate::delegation::subagent_of(&t.spec).is_some())
+    {
+        return None;
+    }
     let target = match run_target_of(snapshot, call) {
         Ok(t) => t,
         Err(steps) => return Some(steps),

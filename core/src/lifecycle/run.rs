@@ -159,12 +159,23 @@ pub fn plan_run<'a>(
     call: &Call<'_>,
     status: &mut ToolCallStatus,
 ) -> Result<Run<'a>, Vec<Step>> {
+    let consumes = decided_again(snapshot, call, status)?;
+    let target = run_target_of(snapshot, call)?;
+    Ok(Run { target, consumes })
+}
+
+/// Decide an authorized call again before it starts: the allowOnce approvals its start uses up,
+/// or the steps that end it.
+fn decided_again<'a>(
+    snapshot: &Snapshot<'a>,
+    call: &Call<'_>,
+    status: &mut ToolCallStatus,
+) -> Result<Vec<&'a str>, Vec<Step>> {
     let decision = snapshot.decide(call);
     if let Some(steps) = recheck_steps(decision) {
         status.authorization = decision.authorization(snapshot.now);
         return Err(steps);
     }
-    let target = run_target_of(snapshot, call)?;
     let second = decision
         .confirmation
         .as_ref()
@@ -179,7 +190,72 @@ pub fn plan_run<'a>(
         .filter(|a| a.spec.decision == ApprovalDecision::AllowOnce)
         .map(|a| a.name)
         .collect();
-    Ok(Run { target, consumes })
+    Ok(consumes)
+}
+
+/// A delegation that starts: the approvals its start uses up and its steps to Running.
+#[derive(Debug, Clone)]
+pub struct DelegationStart<'a> {
+    /// The allowOnce approvals it uses up.
+    pub consumes: Vec<&'a str>,
+    /// What it allows.
+    pub subagent: &'a toolgate_crds::SubagentSpec,
+    /// SandboxPrepared, CredentialsBound and Started (Running).
+    pub steps: Vec<Step>,
+}
+
+/// Start an authorized delegation (a call of a subagent tool): decided again, then running with
+/// no sandbox and no credential of its own — its subagent's calls get theirs. The status's
+/// runtime block says so and when it started (its time runs from there). `Err`: the steps that
+/// end it.
+pub fn start_delegation<'a>(
+    snapshot: &Snapshot<'a>,
+    call: &Call<'_>,
+    status: &mut ToolCallStatus,
+) -> Result<DelegationStart<'a>, Vec<Step>> {
+    let consumes = decided_again(snapshot, call, status)?;
+    let Some(subagent) = snapshot
+        .tool(call)
+        .and_then(|t| crate::delegation::subagent_of(&t.spec))
+    else {
+        return Err(cannot_run(
+            SANDBOX_PREPARED,
+            reason::TOOL_MISSING,
+            format!("{} is not a subagent tool", call.spec.tool_ref.name),
+        ));
+    };
+    let runtime = status.runtime.get_or_insert_with(CallRuntime::default);
+    runtime.adapter = Some(adapter_name(ExecutionAdapter::Subagent).into());
+    runtime.started_at = Some(toolgate_crds::Timestamp(snapshot.now));
+    let steps = vec![
+        Step::ok(
+            SANDBOX_PREPARED,
+            reason::DELEGATED,
+            format!(
+                "no sandbox: delegated to subagent {} (tools {}; {} call(s), {} ms); each of its calls runs in its own",
+                subagent.agent_id,
+                subagent.allowed_tools.join(", "),
+                subagent.budget.max_calls,
+                subagent.budget.timeout_ms
+            ),
+        ),
+        Step::ok(
+            CREDENTIALS_BOUND,
+            reason::NOT_REQUIRED,
+            "a delegation holds no credential: the subagent's calls are brokered their own",
+        ),
+        Step::ok(
+            STARTED,
+            reason::DELEGATED,
+            "delegation open: its principal may fetch the subagent's token (GetDelegationToken) once",
+        )
+        .then(CallPhase::Running),
+    ];
+    Ok(DelegationStart {
+        consumes,
+        subagent,
+        steps,
+    })
 }
 
 /// How the credential reached the sandbox, for CredentialsBound.
@@ -285,5 +361,6 @@ pub fn adapter_name(adapter: ExecutionAdapter) -> &'static str {
         ExecutionAdapter::Http => "http",
         ExecutionAdapter::Builtin => "builtin",
         ExecutionAdapter::Mcp => "mcp",
+        ExecutionAdapter::Subagent => "subagent",
     }
 }

@@ -93,6 +93,8 @@ pub struct Snapshot<'a> {
     pub now: Timestamp,
     /// What each grant (namespace, name) has used of its budget, from its ledger.
     usage: GrantUsages,
+    /// The delegation of a subagent's call (see [`Snapshot::with_delegation`]).
+    delegation: Option<crate::delegation::Scope>,
     decision: OnceLock<Decision>,
 }
 
@@ -106,8 +108,16 @@ impl<'a> Snapshot<'a> {
             dry_runs: Vec::new(),
             now,
             usage: GrantUsages::new(),
+            delegation: None,
             decision: OnceLock::new(),
         }
+    }
+
+    /// The same snapshot with the delegation a subagent's call belongs to, as the runtime found
+    /// its parent ([`crate::delegation::Scope::of`]).
+    pub fn with_delegation(mut self, scope: Option<crate::delegation::Scope>) -> Self {
+        self.delegation = scope;
+        self
     }
 
     /// The same snapshot with the grants' budget usage (namespace, name → usage).
@@ -133,7 +143,13 @@ impl<'a> Snapshot<'a> {
     /// The decision on the call (taken once per snapshot).
     pub fn decide(&self, call: &Call<'_>) -> &Decision {
         self.decision.get_or_init(|| {
-            let principal = call.principal();
+            // A subagent acts with its delegator's grants (narrowed by its delegation).
+            let principal = match &call.spec.delegation {
+                Some(d) => {
+                    Principal::new(d.delegator.clone()).with_groups(d.delegator_groups.clone())
+                }
+                None => call.principal(),
+            };
             // The principal's grants with what their ledgers say they used. The unit a call
             // already holds is its own: the re-check before it runs does not count it against
             // the call (it would refuse the call that took the last unit).
@@ -158,6 +174,7 @@ impl<'a> Snapshot<'a> {
                     principal: &principal,
                     dry_runs: &self.dry_runs,
                     tool_policies: self.registry.tool_policies(call.namespace),
+                    delegation: self.delegation.as_ref(),
                 },
                 self.registry.tool(call.namespace, &call.spec.tool_ref.name),
                 &grants,

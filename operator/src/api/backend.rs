@@ -38,12 +38,34 @@ impl Backend for KubeBackend {
         let ns = namespace_of(caller, &req.namespace)?;
         self.in_scope(&ns)?;
         let cluster = self.cache.namespace(&ns, "");
+        let Some(d) = &caller.delegation else {
+            return tool_view(
+                &cluster.policies,
+                &cluster.usage,
+                &ns,
+                &caller.principal,
+                &req,
+                None,
+            );
+        };
+        // A subagent sees what its delegator may call, narrowed to what its delegation allows.
+        let parent = Api::<ToolCall>::namespaced(self.client.clone(), &ns)
+            .get_opt(&d.parent_call)
+            .await
+            .map_err(internal)?;
+        let allowed = parent
+            .and_then(|p| crate::delegation::subagent_of(&self.cache, &ns, &p))
+            .map(|s| s.allowed_tools)
+            .unwrap_or_default();
+        let delegator = toolgate_core::principal::Principal::new(d.delegator.clone())
+            .with_groups(d.delegator_groups.clone());
         tool_view(
             &cluster.policies,
             &cluster.usage,
             &ns,
-            &caller.principal,
+            &delegator,
             &req,
+            Some(&allowed),
         )
     }
 
@@ -75,6 +97,17 @@ impl Backend for KubeBackend {
         let spec = proposal.into_spec(caller, tool, digest);
         let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
         let mut object = ToolCall::new(&name, spec.clone());
+        // A subagent's call is found by its delegation.
+        if let Some(d) = &spec.delegation {
+            object.metadata.labels = Some(
+                [(
+                    crate::delegation::PARENT_LABEL.to_string(),
+                    d.parent_call.clone(),
+                )]
+                .into_iter()
+                .collect(),
+            );
+        }
         // The agent's trace context: the call's spans join its trace.
         if let Some(tp) = toolgate_api::trace::request_traceparent() {
             object.metadata.annotations = Some(
@@ -276,6 +309,7 @@ impl Backend for KubeBackend {
             &ns,
             &lifecycle_call.principal(),
             &toolgate_api::convert::explanation_view_request(&ns, &call.spec),
+            None,
         )?;
         let snapshot = cluster.snapshot();
         let sandbox = sandbox_view(
@@ -299,8 +333,52 @@ impl Backend for KubeBackend {
                 approver,
                 approval,
                 sandbox,
+                children: self.children(&ns, &name).await?,
             },
         ))
+    }
+
+    async fn delegation_token(
+        &self,
+        caller: &Caller,
+        req: pb::GetDelegationTokenRequest,
+    ) -> Result<pb::DelegationToken, ApiError> {
+        let call = self.visible(caller, &req.call_id).await?;
+        let ns = call.namespace().unwrap_or_default();
+        crate::delegation::issue(&self.client, &self.cache, caller, &ns, &call).await
+    }
+
+    async fn complete_delegation(
+        &self,
+        caller: &Caller,
+        req: pb::CompleteDelegationRequest,
+    ) -> Result<pb::Call, ApiError> {
+        let Some(d) = &caller.delegation else {
+            return Err(ApiError::PermissionDenied {
+                code: "not-a-subagent",
+                message: "only a subagent acting with its delegation token ends a delegation"
+                    .into(),
+            });
+        };
+        let ns = namespace_of(caller, "")?;
+        let result = if req.result_json.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_str(&req.result_json)
+                    .map_err(|e| ApiError::field("result_json", format!("expected JSON: {e}")))?,
+            )
+        };
+        let report = toolgate_core::delegation::Report {
+            summary: req.summary,
+            result,
+            failed: req.failed,
+            tokens_used: (req.tokens_used > 0).then_some(req.tokens_used),
+        };
+        let parent =
+            crate::delegation::report(&self.client, &self.cache, &ns, &d.parent_call, report)
+                .await?;
+        Ok(message(&parent))
     }
 
     async fn skill(
@@ -371,5 +449,17 @@ impl Backend for KubeBackend {
             })
             .collect();
         Ok(futures::stream::iter(chunks).boxed())
+    }
+}
+
+impl KubeBackend {
+    /// A delegation's calls (its subagent's), oldest first.
+    async fn children(&self, ns: &str, parent: &str) -> Result<Vec<String>, ApiError> {
+        Ok(crate::delegation::children(&self.client, ns, parent)
+            .await
+            .map_err(internal)?
+            .iter()
+            .map(|c| c.name_any())
+            .collect())
     }
 }

@@ -26,15 +26,21 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
 }
 
-/// Callers authenticated by the API server (service-account and user tokens alike).
+/// Callers authenticated by the API server (service-account and user tokens alike), and the
+/// subagents of live delegations by their tokens.
 pub struct TokenReviewAuth {
     /// The operator's client.
     pub client: Client,
+    /// The policy caches (a delegation's tool says whether it lives).
+    pub cache: crate::cache::PolicyCache,
 }
 
 #[tonic::async_trait]
 impl Authenticator for TokenReviewAuth {
     async fn authenticate(&self, token: &str) -> Option<Caller> {
+        if token.starts_with(toolgate_core::delegation::TOKEN_PREFIX) {
+            return crate::delegation::caller_of(&self.client, &self.cache, token).await;
+        }
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),
@@ -55,6 +61,7 @@ impl Authenticator for TokenReviewAuth {
         Some(Caller {
             principal: Principal::new(user.username?).with_groups(user.groups.unwrap_or_default()),
             approver_in: vec![],
+            delegation: None,
         })
     }
 }

@@ -12,6 +12,7 @@
 
 mod apply;
 mod cleanup;
+mod delegation;
 mod dereference;
 mod lease;
 mod observe;
@@ -277,13 +278,26 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
     } else {
         Vec::new()
     };
-    let mut snap = cached.snapshot().with_dry_runs(dry_runs_of(&dry_runs));
+    // A subagent's call is decided within its delegation, as the parent stands now.
+    let scope = crate::delegation::scope(&ctx.client, &ctx.cache, ns, call)
+        .await
+        .map_err(kube_error("reading the call's delegation"))?;
+    let mut snap = cached
+        .snapshot()
+        .with_dry_runs(dry_runs_of(&dry_runs))
+        .with_delegation(scope.clone());
     if dereference::would_end(&snap, &this) {
         fresh = crate::policies::dereference(&ctx.client, ns, &name)
             .await
             .map_err(kube_error("listing the namespace's policy objects"))?;
-        snap = fresh.snapshot().with_dry_runs(dry_runs_of(&dry_runs));
+        snap = fresh
+            .snapshot()
+            .with_dry_runs(dry_runs_of(&dry_runs))
+            .with_delegation(scope);
     }
+    let subagent = snap
+        .tool(&this)
+        .and_then(|t| toolgate_core::delegation::subagent_of(&t.spec).cloned());
     match status.phase {
         None | Some(CallPhase::Pending) => {
             let current = status.clone();
@@ -323,8 +337,14 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             ctx.record(call, &mut status, &steps).await?;
             Ok(Action::requeue(Duration::from_millis(100)))
         }
+        Some(CallPhase::Authorized) if subagent.is_some() => {
+            delegation::start(call, ctx, ns, &snap, status).await
+        }
         Some(CallPhase::Authorized) => apply::start(call, ctx, ns, &snap, status).await,
-        Some(CallPhase::Running) => observe::observe(call, ctx, ns, status).await,
+        Some(CallPhase::Running) => match &subagent {
+            Some(s) => delegation::observe(call, ctx, ns, status, s).await,
+            None => observe::observe(call, ctx, ns, status).await,
+        },
         _ => Ok(Action::await_change()),
     }
 }

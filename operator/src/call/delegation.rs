@@ -1,0 +1,105 @@
+//! A delegation's steps on the cluster (a call of a subagent tool): opened without a pod by the
+//! core's `start_delegation`, ended by its subagent's report (kept by the agent API in the
+//! delegation's Secret), its cancellation (the controller's cancel path) or its time.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use toolgate_core::delegation::{expires_at, result_of, timed_out};
+use toolgate_core::lifecycle::{Snapshot, finished_steps, start_delegation};
+use toolgate_crds::{SubagentSpec, ToolCall, ToolCallStatus};
+
+use super::{Context, Error, kube_error};
+use crate::delegation::{child_views, children, reported};
+use crate::policies::call_of;
+
+/// The longest a running delegation waits between two looks at itself (its report's annotation
+/// wakes it sooner).
+const LOOK_AGAIN: Duration = Duration::from_secs(30);
+
+/// Open an authorized delegation.
+pub(super) async fn start(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    snapshot: &Snapshot<'_>,
+    mut status: ToolCallStatus,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let current = status.clone();
+    match start_delegation(snapshot, &call_of(call, &name, ns, &current), &mut status) {
+        Err(steps) => {
+            ctx.record(call, &mut status, &steps).await?;
+            Ok(Action::await_change())
+        }
+        Ok(started) => {
+            for approval in &started.consumes {
+                super::cleanup::consume_approval(ctx, ns, approval).await;
+            }
+            let timeout = Duration::from_millis(started.subagent.budget.timeout_ms);
+            ctx.record(call, &mut status, &started.steps).await?;
+            Ok(Action::requeue(timeout.min(LOOK_AGAIN)))
+        }
+    }
+}
+
+/// A running delegation: ended by its subagent's report, or by its time.
+pub(super) async fn observe(
+    call: &ToolCall,
+    ctx: &Context,
+    ns: &str,
+    mut status: ToolCallStatus,
+    subagent: &SubagentSpec,
+) -> Result<Action, Error> {
+    let name = call.name_any();
+    let now = jiff::Timestamp::now();
+    let elapsed = status
+        .runtime
+        .as_ref()
+        .and_then(|r| r.started_at.as_ref())
+        .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
+        .unwrap_or_default();
+    let report = reported(&ctx.client, ns, &name)
+        .await
+        .map_err(kube_error("reading the delegation's report"))?;
+    let expires = expires_at(&status, subagent);
+    let result = match (report, expires) {
+        (Some(report), _) => {
+            let kids = children(&ctx.client, ns, &name)
+                .await
+                .map_err(kube_error("listing the delegation's calls"))?;
+            let cluster = ctx.cache.namespace(ns, &name);
+            let Some(tool) = cluster.policies.registry.tool(ns, &call.spec.tool_ref.name) else {
+                return Ok(Action::requeue(LOOK_AGAIN));
+            };
+            match result_of(
+                &tool.spec,
+                report,
+                &child_views(&kids),
+                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            ) {
+                Ok(r) => r,
+                // Checked when it was taken: the tool changed since. The time still ends it.
+                Err(e) => {
+                    tracing::warn!(call = %name, error = %e, "a delegation's report no longer fits its tool");
+                    return Ok(Action::requeue(LOOK_AGAIN));
+                }
+            }
+        }
+        (None, Some(at)) if now >= at => {
+            let kids = children(&ctx.client, ns, &name)
+                .await
+                .map_err(kube_error("listing the delegation's calls"))?;
+            timed_out(subagent, &child_views(&kids))
+        }
+        (None, Some(at)) => {
+            let left = Duration::try_from(at.duration_since(now)).unwrap_or(LOOK_AGAIN);
+            return Ok(Action::requeue(left.min(LOOK_AGAIN)));
+        }
+        (None, None) => return Ok(Action::requeue(LOOK_AGAIN)),
+    };
+    let steps = finished_steps(&mut status, &result, Some(elapsed));
+    ctx.record(call, &mut status, &steps).await?;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
