@@ -434,6 +434,29 @@ pub enum ClientCommand {
         #[arg(short = 'o', long)]
         json: bool,
     },
+    /// Fetch the token a running delegation (a call of a subagent tool) hands its subagent:
+    /// once, as the delegation's principal. Prints the token and the handoff as JSON; start the
+    /// subagent with TOOLGATE_TOKEN set to it.
+    DelegationToken {
+        /// The delegation's call id.
+        id: String,
+    },
+    /// As a subagent (TOOLGATE_TOKEN is its delegation token): end the delegation with a
+    /// summary and a result.
+    CompleteDelegation {
+        /// What was found and done (at most 4 KiB): the delegation's output preview.
+        #[arg(long)]
+        summary: String,
+        /// The result as JSON (checked against the delegation tool's output schema).
+        #[arg(long, default_value = "")]
+        result: String,
+        /// The task failed.
+        #[arg(long)]
+        failed: bool,
+        /// Tokens spent (checked against the delegation's maxTokens).
+        #[arg(long, default_value_t = 0)]
+        tokens_used: u64,
+    },
     /// Show a call.
     Get {
         /// Call id.
@@ -563,6 +586,19 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 outln!("{}", call_summary(&end));
                 return Ok(phase_exit_code(&end.phase));
             }
+            ClientCommand::DelegationToken { id } => {
+                let r = c.req(pb::GetDelegationTokenRequest { call_id: id });
+                let d = c.api().get_delegation_token(r).await.map_err(status_error)?.into_inner();
+                let handoff: serde_json::Value = serde_json::from_str(&d.handoff_json).unwrap_or_default();
+                outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                    "token": d.token, "expiresAt": d.expires_at, "handoff": handoff,
+                }))?);
+            }
+            ClientCommand::CompleteDelegation { summary, result, failed, tokens_used } => {
+                let r = c.req(pb::CompleteDelegationRequest { summary, result_json: result, failed, tokens_used });
+                let call = c.api().complete_delegation(r).await.map_err(status_error)?.into_inner();
+                outln!("{}", call_summary(&call));
+            }
             ClientCommand::Skill { name, namespace, json } => {
                 let r = c.req(pb::GetSkillRequest { namespace, name });
                 let skill = c.api().get_skill(r).await.map_err(status_error)?.into_inner();
@@ -675,6 +711,20 @@ pub fn explanation_text(x: &pb::Explanation) -> String {
     }
     if !x.approval.is_empty() {
         s.push_str(&format!("  approval: {} by {}\n", x.approval, x.approver));
+    }
+    if let Some(c) = &x.call
+        && !c.parent_call.is_empty()
+    {
+        s.push_str(&format!(
+            "  a subagent's call, of delegation {}\n",
+            c.parent_call
+        ));
+    }
+    if !x.children.is_empty() {
+        s.push_str(&format!(
+            "  its subagent's calls: {}\n",
+            x.children.join(", ")
+        ));
     }
     if !x.sandbox_policy.is_empty() {
         s.push_str(&format!("  sandbox policy: {}\n", x.sandbox_policy));

@@ -176,3 +176,106 @@ fn the_call_command_exits_with_the_outcome_and_says_why() {
     let (code, out) = call("test.echo", r#"{"msg": "hi"}"#, "execute");
     assert_eq!(code, Some(0), "{out}");
 }
+
+/// A skill and a delegation from the command line: the skill's instructions, the subagent's
+/// token, the subagent's call with it, its report ending the delegation.
+#[test]
+fn a_skill_and_a_subagent_from_the_command_line() {
+    let dir = setup();
+    let m = dir.path().join("manifests");
+    std::fs::copy(examples().join("skills.yaml"), m.join("skills.yaml")).expect("skills");
+    for f in [
+        "SKILL.md",
+        "toolgate.yaml",
+        "scripts/locate_test.py",
+        "scripts/reset_workspace.sh",
+    ] {
+        let to = m.join("skills/fix-failing-test").join(f);
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(examples().join("skills/fix-failing-test").join(f), to).expect("copy");
+    }
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let toolgate = |token: &str, args: &[&str]| {
+        let out = Command::new(toolgate_binary())
+            .args(args)
+            .env("TOOLGATE_SERVER", &url)
+            .env("TOOLGATE_TOKEN", token)
+            .output()
+            .expect("toolgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = toolgate(AGENT, &["skill", "fix-failing-test"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("# Fixing a failing test") && out.contains("fix-failing-test.locate-test"),
+        "{out}"
+    );
+    let (code, _, err) = toolgate(AGENT, &["skill", "nope"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("NotFound"), "{err}");
+
+    let (_, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "review.delegate",
+            "--args",
+            r#"{"question": "is it right?"}"#,
+            "--action",
+            "subagent_delegate",
+            "--task",
+            "ask the reviewer",
+        ],
+    );
+    let id = out.split_whitespace().next().expect("call id").to_string();
+    assert!(!id.is_empty(), "{out}{err}");
+    let mut running = false;
+    for _ in 0..100 {
+        if toolgate(AGENT, &["get", &id]).1.contains("phase=Running") {
+            running = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(running, "the delegation opens");
+    let (code, out, err) = toolgate(AGENT, &["delegation-token", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    let handed: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let token = handed["token"].as_str().expect("token").to_string();
+    assert_eq!(handed["handoff"]["args"]["question"], "is it right?");
+    let (code, out, err) = toolgate(
+        &token,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "src/a.ts"}"#,
+            "--action",
+            "read",
+            "--task",
+            "read it",
+            "--watch",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = toolgate(
+        &token,
+        &[
+            "complete-delegation",
+            "--summary",
+            "it is right",
+            "--result",
+            r#"{"verdict": "approve"}"#,
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (_, out, _) = toolgate(AGENT, &["explain", &id]);
+    assert!(out.contains("its subagent's calls: call-"), "{out}");
+    let (_, out, _) = toolgate(AGENT, &["get", &id]);
+    assert!(out.contains("phase=Succeeded"), "{out}");
+}

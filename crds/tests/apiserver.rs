@@ -16,7 +16,7 @@ fn the_crds_install_and_the_examples_apply() {
     let ns = namespace("tg-examples");
     ok(&["apply", "-f", "-"], Some(&manifests("examples", &ns)));
     let names = ok(&["get", "toolgate", "-n", &ns, "-o", "name"], None);
-    assert_eq!(names.lines().count(), 25, "{names}");
+    assert_eq!(names.lines().count(), 28, "{names}");
     let calls = ok(&["get", "toolcalls", "-n", &ns], None);
     let header = calls.lines().next().unwrap_or_default();
     for col in [

@@ -79,7 +79,7 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
                 .iter()
                 .filter(|k| **k == "CustomResourceDefinition")
                 .count(),
-            8
+            9
         );
         let (applied, out, err) = kubectl(
             &[

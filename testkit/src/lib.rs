@@ -208,7 +208,10 @@ pub fn manifests(path: &str, ns: &str) -> String {
         for e in std::fs::read_dir(&d).expect("dir") {
             let p = e.expect("entry").path();
             if p.is_dir() {
-                stack.push(p);
+                // A skill's folder holds its own files, read through its Skill manifest.
+                if !p.join("SKILL.md").is_file() {
+                    stack.push(p);
+                }
             } else if p.extension().is_some_and(|x| x == "yaml")
                 // Policy test tables (`toolgate policy test`) are not objects.
                 && !p.to_string_lossy().ends_with(".policytest.yaml")

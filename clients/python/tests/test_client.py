@@ -41,6 +41,35 @@ def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
         assert missing.value.code == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_delegation_hands_a_subagent_only_its_allowed_tools(server):
+    import time
+
+    tg = Client(server, token=AGENT)
+    parent = tg.propose("review.delegate", {"question": "is the serializer fix right?"},
+                        action_type="subagent_delegate", task="ask the reviewer")
+    for _ in range(100):
+        if tg.get(parent.id).phase == "Running":
+            break
+        time.sleep(0.05)
+    handed = tg.delegation_token(parent.id)
+    assert handed["handoff"]["args"]["question"] == "is the serializer fix right?"
+    with Client(server, token=handed["token"]) as sub:
+        names = {t["name"] for t in sub.view("read the code", max_tools=32, explain=True).exposed}
+        assert names <= {"file.read", "code.search", "git.diff"}, names
+        assert "file.read" in names
+        read = sub.wait(sub.propose("file.read", {"path": "src/serializer.ts"}, action_type="read",
+                                    task="read what was fixed").id)
+        assert read.phase == "Succeeded", read.conditions
+        refused = sub.propose("file.write", {"path": "x", "content": "y"}, action_type="write",
+                              task="not the reviewer's to do")
+        assert refused.phase == "Denied", refused
+        sub.complete_delegation("the fix is right", {"verdict": "approve"}, tokens_used=12)
+    done = tg.wait(parent.id)
+    assert done.phase == "Succeeded", done.conditions
+    assert done.output_preview == "the fix is right"
+    assert len(tg.explain(parent.id)["children"]) == 2
+
+
 def test_a_call_runs_and_its_artifact_matches_its_hash(server):
     tg = Client(server, token=AGENT)
     call = tg.propose("file.read", {"path": "src/serializer.ts"}, action_type="read", task="read the serializer")

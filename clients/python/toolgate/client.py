@@ -351,6 +351,20 @@ class Client:
             self._unary(self._stub.DenyCall, pb.DenyCallRequest(id=call_id, comment=comment))
         )
 
+    def delegation_token(self, call_id: str) -> dict:
+        """The token a running delegation (a call of a subagent tool) hands its subagent, once:
+        ``{"token", "handoff", "expires_at"}``. Start the subagent with ``Client(server,
+        token=...)``; it sees and calls only what the delegation allows."""
+        d = self._unary(self._stub.GetDelegationToken, pb.GetDelegationTokenRequest(call_id=call_id))
+        return {"token": d.token, "handoff": json.loads(d.handoff_json or "{}"), "expires_at": d.expires_at}
+
+    def complete_delegation(self, summary: str, result=None, *, failed: bool = False,
+                            tokens_used: int = 0) -> Call:
+        """End the caller's delegation (as its subagent) with a summary and a result."""
+        return Call.from_pb(self._unary(self._stub.CompleteDelegation, pb.CompleteDelegationRequest(
+            summary=summary, result_json="" if result is None else json.dumps(result),
+            failed=failed, tokens_used=tokens_used)))
+
     def cancel(self, call_id: str) -> Call:
         return Call.from_pb(self._unary(self._stub.CancelCall, pb.CancelCallRequest(id=call_id)))
 
