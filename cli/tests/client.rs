@@ -8,6 +8,24 @@ use std::process::Command;
 
 use support::*;
 
+/// `toolgate ARGS` against the server at `url` as the holder of a token: exit code, stdout,
+/// stderr.
+fn cli(url: &str) -> impl Fn(&str, &[&str]) -> (Option<i32>, String, String) + '_ {
+    move |token, args| {
+        let out = Command::new(toolgate_binary())
+            .args(args)
+            .env("TOOLGATE_SERVER", url)
+            .env("TOOLGATE_TOKEN", token)
+            .output()
+            .expect("toolgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
 #[test]
 fn the_demo_plays_the_whole_scenario() {
     let out = Command::new(toolgate_binary())
@@ -41,19 +59,7 @@ fn the_command_line_client_drives_a_call_through_approval() {
     let dir = setup();
     let server = Server::start(dir.path());
     let url = format!("http://{}", server.addr);
-    let toolgate = |token: &str, args: &[&str]| {
-        let out = Command::new(toolgate_binary())
-            .args(args)
-            .env("TOOLGATE_SERVER", &url)
-            .env("TOOLGATE_TOKEN", token)
-            .output()
-            .expect("toolgate runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let toolgate = cli(&url);
     let (code, out, err) = toolgate(
         AGENT,
         &[
@@ -196,19 +202,7 @@ fn a_skill_and_a_subagent_from_the_command_line() {
     }
     let server = Server::start(dir.path());
     let url = format!("http://{}", server.addr);
-    let toolgate = |token: &str, args: &[&str]| {
-        let out = Command::new(toolgate_binary())
-            .args(args)
-            .env("TOOLGATE_SERVER", &url)
-            .env("TOOLGATE_TOKEN", token)
-            .output()
-            .expect("toolgate runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let toolgate = cli(&url);
     let (code, out, err) = toolgate(AGENT, &["skill", "fix-failing-test"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(

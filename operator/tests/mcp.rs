@@ -124,14 +124,6 @@ spec:
     )
 }
 
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 #[test]
 fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_pod() {
     if !toolgate_testkit::have_cluster() {
@@ -208,7 +200,7 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
         ),
         "toolgate-executor-mcp-time:1.0"
     );
-    eventually("the discovery pod to go", || {
+    support::until("the discovery pod to go", || {
         kubectl(&["get", "pod", "tg-mcp-time", "-n", &ns], None)
             .1
             .trim()
@@ -287,7 +279,7 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
 
     // Deleting the server deletes its tools (owner references).
     ok(&["delete", "mcpserver/everything", "-n", &ns], None);
-    eventually("the server's tools to go", || {
+    support::until("the server's tools to go", || {
         kubectl(
             &[
                 "get",
@@ -457,7 +449,7 @@ spec:
         ),
         "ToolChanged"
     );
-    eventually("a ToolsChanged Event on the server", || {
+    support::until("a ToolsChanged Event on the server", || {
         kubectl(
             &[
                 "get",

@@ -60,14 +60,6 @@ fn probe_config_map(ns: &str, script: &str) -> String {
     data.to_string()
 }
 
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 #[test]
 fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_pod() {
     if !toolgate_testkit::have_cluster() {
@@ -281,7 +273,7 @@ fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_
         "{.status.lifecycle}",
         &["discovered"],
     );
-    eventually("a ToolsChanged Event on the Skill", || {
+    support::until("a ToolsChanged Event on the Skill", || {
         kubectl(
             &[
                 "get",
@@ -301,7 +293,7 @@ fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_
 
     // Deleting the skill deletes its tools (owner references).
     ok(&["delete", "skill/probe", "-n", &ns], None);
-    eventually("the skill's tools to go", || {
+    support::until("the skill's tools to go", || {
         kubectl(
             &[
                 "get",

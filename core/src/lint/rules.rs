@@ -142,48 +142,20 @@ pub(super) fn check_objects(
             }
             Spec::SandboxPolicy(s) => sandbox(s, &mut local),
             Spec::CredentialBinding(_) | Spec::ToolPolicy(_) => {}
-            Spec::McpServer(m) => {
-                reference(
-                    obj,
-                    "SandboxPolicy",
-                    &m.sandbox_policy_ref.name,
-                    "spec.sandboxPolicyRef.name",
-                    declared,
-                    &mut local,
-                );
-                if !crate::names::is_dns_label(&obj.meta.name) {
-                    local.push((
-                        Severity::Error,
-                        "metadata.name".into(),
-                        "schema-format",
-                        format!(
-                            "expected a name without dots (its tools are named <server>.<tool>), found {:?}",
-                            obj.meta.name
-                        ),
-                    ));
-                }
-            }
-            Spec::Skill(k) => {
-                reference(
-                    obj,
-                    "SandboxPolicy",
-                    &k.sandbox_policy_ref.name,
-                    "spec.sandboxPolicyRef.name",
-                    declared,
-                    &mut local,
-                );
-                if !crate::names::is_dns_label(&obj.meta.name) {
-                    local.push((
-                        Severity::Error,
-                        "metadata.name".into(),
-                        "schema-format",
-                        format!(
-                            "expected a name without dots (its tools are named <skill>.<tool>), found {:?}",
-                            obj.meta.name
-                        ),
-                    ));
-                }
-            }
+            Spec::McpServer(m) => parent_of_tools(
+                obj,
+                &m.sandbox_policy_ref.name,
+                "server",
+                declared,
+                &mut local,
+            ),
+            Spec::Skill(k) => parent_of_tools(
+                obj,
+                &k.sandbox_policy_ref.name,
+                "skill",
+                declared,
+                &mut local,
+            ),
             Spec::ToolCall(c) => {
                 if reference(
                     obj,
@@ -336,6 +308,36 @@ fn tool_policies(set: &ObjectSet, declared: &Declared<'_>, findings: &mut Vec<Fi
             code: p.code,
             message: p.to_string(),
         });
+    }
+}
+
+/// An object whose tools toolgate generates (`<name>.<tool>`: an McpServer's, a Skill's): its
+/// SandboxPolicy exists and its name has no dots.
+fn parent_of_tools(
+    obj: &Object,
+    policy: &str,
+    what: &str,
+    declared: &Declared<'_>,
+    out: &mut Vec<Local>,
+) {
+    reference(
+        obj,
+        "SandboxPolicy",
+        policy,
+        "spec.sandboxPolicyRef.name",
+        declared,
+        out,
+    );
+    if !crate::names::is_dns_label(&obj.meta.name) {
+        out.push((
+            Severity::Error,
+            "metadata.name".into(),
+            "schema-format",
+            format!(
+                "expected a name without dots (its tools are named <{what}>.<tool>), found {:?}",
+                obj.meta.name
+            ),
+        ));
     }
 }
 

@@ -263,3 +263,12 @@ pub fn apply_agent_access(ns: &str) {
         );
     ok(&["apply", "-f", "-"], Some(&rbac));
 }
+
+/// Wait up to 90 s for `done` to hold, looking every 300 ms.
+pub fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
