@@ -199,7 +199,53 @@ fn main() {
         })
     };
     let mut last_call = String::new();
-    let governed = sample(60, || last_call = round_trip());
+    let mut governed_ids = Vec::new();
+    let governed = sample(60, || {
+        last_call = round_trip();
+        governed_ids.push(last_call.clone());
+    });
+    // Where the governed round trip's time goes, from the calls' own records: the median gap
+    // between consecutive conditions (each written when its step was durable).
+    let breakdown = rt.block_on(async {
+        let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
+            Default::default();
+        for id in &governed_ids {
+            let mut r = tonic::Request::new(pb::GetCallRequest { id: id.clone() });
+            r.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {TOKEN}").parse().expect("h"),
+            );
+            let call = client.get_call(r).await.expect("get").into_inner();
+            let mut at: Vec<(jiff::Timestamp, String)> = call
+                .conditions
+                .iter()
+                .filter_map(|c| Some((c.last_transition_time.parse().ok()?, c.r#type.clone())))
+                .collect();
+            at.sort();
+            // The run itself: from Started to the last condition (the sandbox, the executor,
+            // the result recorded).
+            if let (Some(started), Some(last)) =
+                (at.iter().find(|(_, k)| k == "Started"), at.last())
+            {
+                let run = Duration::try_from(last.0.duration_since(started.0)).unwrap_or_default();
+                gaps.entry((
+                    usize::MAX,
+                    "Started → the end (sandbox, executor, result)".into(),
+                ))
+                .or_default()
+                .push(run);
+            }
+            for (i, w) in at.windows(2).enumerate() {
+                let gap = Duration::try_from(w[1].0.duration_since(w[0].0)).unwrap_or_default();
+                gaps.entry((i, format!("{} → {}", w[0].1, w[1].1)))
+                    .or_default()
+                    .push(gap);
+            }
+        }
+        gaps.into_iter()
+            .map(|((_, step), v)| (step, percentiles(v).0))
+            .collect::<Vec<_>>()
+    });
     // One unary RPC on an open channel: what every GetCall, ApproveCall and ProposeCall pays on
     // top of its work (40 ms of it was Nagle's algorithm on the server's sockets).
     let unary = sample(200, || {
@@ -229,6 +275,17 @@ fn main() {
             String::from_utf8_lossy(&out.stderr)
         );
     });
+    // Throughput: N agents, each on its own channel, proposing and watching in a loop.
+    let throughput: Vec<(usize, f64, Duration, Duration)> = [8usize, 32]
+        .iter()
+        .map(|&agents| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(concurrent(&addr, agents, 256 / agents))
+        })
+        .collect();
     let _ = server.kill();
     let _ = server.wait();
 
@@ -261,4 +318,68 @@ fn main() {
         cli.1,
         ratio(cli.0, sandboxed.0)
     );
+    println!("where a governed round trip's time goes (median gap between its conditions):");
+    for (step, gap) in &breakdown {
+        println!("  {step:<44} {gap:>9.2?}");
+    }
+    println!("throughput, agents proposing and watching `true` in a loop:");
+    for (agents, per_second, p50, p99) in &throughput {
+        println!(
+            "  {agents:>2} agents   {per_second:>6.1} calls/s   latency p50 {p50:>9.2?} / p99 {p99:>9.2?}"
+        );
+    }
+}
+
+/// `agents` clients on their own channels, each making `each` governed round trips at once:
+/// calls per second over the whole run, and the latency of each call (p50, p99).
+async fn concurrent(addr: &str, agents: usize, each: usize) -> (usize, f64, Duration, Duration) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..agents {
+        let url = format!("http://{addr}");
+        tasks.push(tokio::spawn(async move {
+            let mut client = ToolgateClient::connect(url).await.expect("connect");
+            let mut took = Vec::new();
+            for _ in 0..each {
+                let t = Instant::now();
+                let mut r = tonic::Request::new(pb::ProposeCallRequest {
+                    tool: "bench.true".into(),
+                    args_json: "{}".into(),
+                    intent: Some(pb::Intent {
+                        user_goal: "measure".into(),
+                        current_task: "run true".into(),
+                        action_type: "execute".into(),
+                        rationale_summary: "benchmark".into(),
+                        evidence_refs: vec![],
+                    }),
+                    ..Default::default()
+                });
+                r.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {TOKEN}").parse().expect("h"),
+                );
+                let call = client.propose_call(r).await.expect("propose").into_inner();
+                let mut w = tonic::Request::new(pb::WatchCallRequest { id: call.id });
+                w.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {TOKEN}").parse().expect("h"),
+                );
+                let mut s = client.watch_call(w).await.expect("watch").into_inner();
+                let mut last = None;
+                while let Some(e) = s.next().await {
+                    last = Some(e.expect("event"));
+                }
+                assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+                took.push(t.elapsed());
+            }
+            took
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("agent"));
+    }
+    let per_second = all.len() as f64 / started.elapsed().as_secs_f64();
+    let (p50, p99) = percentiles(all);
+    (agents, per_second, p50, p99)
 }

@@ -326,16 +326,13 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
         Err(Unlisted(why, message)) => {
             // The tools it had stay as they were: a server that is down hides nothing new and
             // enables nothing new.
-            let condition = ready(
+            if let Some(condition) = crate::readiness::not_ready_now(
                 &previous.conditions,
-                false,
+                previous.observed_generation,
                 why,
                 message.clone(),
                 generation,
-            );
-            let changed = previous.conditions.first().map(|c| (&c.reason, &c.message))
-                != Some((&condition.reason, &condition.message));
-            if changed {
+            ) {
                 publish(&ctx, &server, EventType::Warning, why, message).await;
                 apply_status(
                     servers,

@@ -84,6 +84,22 @@ impl Error {
     }
 }
 
+/// The `Ready=False` condition to write for a parent that failed (`why`, `message`), when it
+/// says something new (another reason or message, or a newer generation); `None` when the
+/// status already says it.
+pub(crate) fn not_ready_now(
+    previous: &[Condition],
+    observed: Option<i64>,
+    why: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    let condition = ready(previous, false, why, message, generation);
+    let same = previous.first().map(|c| (&c.reason, &c.message))
+        == Some((&condition.reason, &condition.message));
+    (!same || observed != generation).then_some(condition)
+}
+
 /// Apply the Ready condition (and `extra` status fields) with the controllers' field manager.
 pub(crate) async fn apply_status<K>(
     api: Api<K>,

@@ -150,16 +150,13 @@ async fn reconcile(skill: Arc<Skill>, ctx: Arc<Context>) -> Result<Action, Error
         Ok(l) => l,
         Err(Unread(why, message)) => {
             // The tools it had stay as they were: a broken edit enables nothing new.
-            let condition = ready(
+            if let Some(condition) = crate::readiness::not_ready_now(
                 &previous.conditions,
-                false,
+                previous.observed_generation,
                 why,
                 message.clone(),
                 generation,
-            );
-            let changed = previous.conditions.first().map(|c| (&c.reason, &c.message))
-                != Some((&condition.reason, &condition.message));
-            if changed || previous.observed_generation != generation {
+            ) {
                 publish(&ctx, &skill, EventType::Warning, why, message).await;
                 apply_status(
                     skills,
