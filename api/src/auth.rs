@@ -22,6 +22,20 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The subagent of delegation `call` (in `namespace`, proposed as `spec`), acting with its
+    /// token: its own identity, no approvals, its calls carrying the delegation.
+    pub fn delegated(namespace: &str, call: &str, spec: &toolgate_crds::ToolCallSpec) -> Caller {
+        Caller {
+            principal: Principal::new(toolgate_core::delegation::principal(namespace, call)),
+            approver_in: vec![],
+            delegation: Some(toolgate_crds::CallDelegation {
+                parent_call: call.to_string(),
+                delegator: spec.principal.clone(),
+                delegator_groups: spec.principal_groups.clone(),
+            }),
+        }
+    }
+
     /// The principal's name.
     pub fn name(&self) -> &str {
         &self.principal.name

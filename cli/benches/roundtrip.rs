@@ -60,6 +60,27 @@ spec:
   reason: benchmark
 "#;
 
+/// ProposeCall of `bench.true` as the bench's agent.
+fn proposal() -> tonic::Request<pb::ProposeCallRequest> {
+    let mut r = tonic::Request::new(pb::ProposeCallRequest {
+        tool: "bench.true".into(),
+        args_json: "{}".into(),
+        intent: Some(pb::Intent {
+            user_goal: "measure".into(),
+            current_task: "run true".into(),
+            action_type: "execute".into(),
+            rationale_summary: "benchmark".into(),
+            evidence_refs: vec![],
+        }),
+        ..Default::default()
+    });
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("h"),
+    );
+    r
+}
+
 fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
@@ -165,23 +186,11 @@ fn main() {
         .expect("connect");
     let mut round_trip = || {
         rt.block_on(async {
-            let mut r = tonic::Request::new(pb::ProposeCallRequest {
-                tool: "bench.true".into(),
-                args_json: "{}".into(),
-                intent: Some(pb::Intent {
-                    user_goal: "measure".into(),
-                    current_task: "run true".into(),
-                    action_type: "execute".into(),
-                    rationale_summary: "benchmark".into(),
-                    evidence_refs: vec![],
-                }),
-                ..Default::default()
-            });
-            r.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {TOKEN}").parse().expect("h"),
-            );
-            let call = client.propose_call(r).await.expect("propose").into_inner();
+            let call = client
+                .propose_call(proposal())
+                .await
+                .expect("propose")
+                .into_inner();
             let mut w = tonic::Request::new(pb::WatchCallRequest {
                 id: call.id.clone(),
             });
@@ -342,23 +351,11 @@ async fn concurrent(addr: &str, agents: usize, each: usize) -> (usize, f64, Dura
             let mut took = Vec::new();
             for _ in 0..each {
                 let t = Instant::now();
-                let mut r = tonic::Request::new(pb::ProposeCallRequest {
-                    tool: "bench.true".into(),
-                    args_json: "{}".into(),
-                    intent: Some(pb::Intent {
-                        user_goal: "measure".into(),
-                        current_task: "run true".into(),
-                        action_type: "execute".into(),
-                        rationale_summary: "benchmark".into(),
-                        evidence_refs: vec![],
-                    }),
-                    ..Default::default()
-                });
-                r.metadata_mut().insert(
-                    "authorization",
-                    format!("Bearer {TOKEN}").parse().expect("h"),
-                );
-                let call = client.propose_call(r).await.expect("propose").into_inner();
+                let call = client
+                    .propose_call(proposal())
+                    .await
+                    .expect("propose")
+                    .into_inner();
                 let mut w = tonic::Request::new(pb::WatchCallRequest { id: call.id });
                 w.metadata_mut().insert(
                     "authorization",

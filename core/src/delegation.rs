@@ -387,6 +387,57 @@ pub fn result_of(
     })
 }
 
+/// How a running delegation ends now, if it does: by its subagent's report (checked by
+/// [`result_of`]; `tool` is its descriptor, needed to check it) or by its time running out.
+/// `Ok(None)`: it is still open. The steps end the call and fill `status`'s result.
+pub fn ending(
+    tool: Option<&ToolDescriptorSpec>,
+    subagent: &SubagentSpec,
+    status: &mut ToolCallStatus,
+    report: Option<Report>,
+    children: &[Child],
+    now: Timestamp,
+) -> Result<Option<Vec<crate::lifecycle::Step>>, Refusal> {
+    if status.phase != Some(CallPhase::Running) {
+        return Err(Refusal::FailedPrecondition {
+            code: "delegation-ended",
+            message: format!(
+                "the delegation is {}, not running",
+                crate::lifecycle::phase_name(status.phase)
+            ),
+        });
+    }
+    let elapsed = status
+        .runtime
+        .as_ref()
+        .and_then(|r| r.started_at.as_ref())
+        .and_then(|t| std::time::Duration::try_from(now.duration_since(t.0)).ok())
+        .unwrap_or_default();
+    let result = match report {
+        Some(report) => {
+            let tool = tool.ok_or_else(|| Refusal::FailedPrecondition {
+                code: "tool-gone",
+                message: "the delegation's tool is gone; its report cannot be checked".into(),
+            })?;
+            result_of(
+                tool,
+                report,
+                children,
+                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            )?
+        }
+        None => match expires_at(status, subagent) {
+            Some(at) if now >= at => timed_out(subagent, children),
+            _ => return Ok(None),
+        },
+    };
+    Ok(Some(crate::lifecycle::finished_steps(
+        status,
+        &result,
+        Some(elapsed),
+    )))
+}
+
 /// The result of a delegation whose time ran out before its subagent reported.
 pub fn timed_out(subagent: &SubagentSpec, children: &[Child]) -> CallResult {
     CallResult {

@@ -8,8 +8,7 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use toolgate_api::{ApiError, Authenticator, Caller};
 use toolgate_core::delegation::{self, Child, Report, Scope};
-use toolgate_core::lifecycle::{finished_steps, is_terminal};
-use toolgate_crds::{CallDelegation, CallPhase, SubagentSpec};
+use toolgate_crds::{CallPhase, SubagentSpec};
 use toolgate_proto::v1 as pb;
 
 use crate::manifests::Loaded;
@@ -138,18 +137,7 @@ impl Runtime {
         }
         let subagent = self.subagent_of(&self.loaded(), &rec)?;
         delegation::live(&rec.status, &subagent, Timestamp::now()).ok()?;
-        Some(Caller {
-            principal: toolgate_core::principal::Principal::new(delegation::principal(
-                &rec.namespace,
-                &rec.id,
-            )),
-            approver_in: vec![],
-            delegation: Some(CallDelegation {
-                parent_call: rec.id.clone(),
-                delegator: rec.spec.principal.clone(),
-                delegator_groups: rec.spec.principal_groups.clone(),
-            }),
-        })
+        Some(Caller::delegated(&rec.namespace, &rec.id, &rec.spec))
     }
 
     /// CompleteDelegation: the subagent's report ends its delegation.
@@ -183,35 +171,26 @@ impl Runtime {
         let parent = self.stored(&d.parent_call)?;
         let children = self.child_views(&parent)?;
         self.transition(&d.parent_call, |rec| {
-            if is_terminal(rec.status.phase) {
-                return Err(ApiError::FailedPrecondition {
-                    code: "delegation-ended",
-                    message: format!("delegation {} has ended", rec.id),
-                });
-            }
             let tool = loaded
                 .policies
                 .registry
                 .tool(&rec.namespace, &rec.spec.tool_ref.name)
-                .ok_or_else(|| ApiError::FailedPrecondition {
+                .map(|t| &*t.spec);
+            let subagent = tool.and_then(delegation::subagent_of).ok_or_else(|| {
+                ApiError::FailedPrecondition {
                     code: "tool-gone",
                     message: format!("the tool of delegation {} is gone", rec.id),
-                })?;
-            let elapsed = rec
-                .status
-                .runtime
-                .as_ref()
-                .and_then(|r| r.started_at.as_ref())
-                .map(|t| Timestamp::now().duration_since(t.0))
-                .and_then(|d| std::time::Duration::try_from(d).ok())
-                .unwrap_or_default();
-            let result = delegation::result_of(
-                &tool.spec,
-                report.clone(),
+                }
+            })?;
+            let steps = delegation::ending(
+                tool,
+                subagent,
+                &mut rec.status,
+                Some(report.clone()),
                 &children,
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                Timestamp::now(),
             )?;
-            Ok(finished_steps(&mut rec.status, &result, Some(elapsed)))
+            Ok(steps.unwrap_or_default())
         })
         .await
     }
@@ -235,22 +214,30 @@ impl Runtime {
         let rt = self.clone();
         tokio::spawn(async move {
             let wait = at.duration_since(Timestamp::now());
+            // A little past the time: the monotonic timer and the wall clock may disagree.
             if let Ok(wait) = std::time::Duration::try_from(wait) {
-                tokio::time::sleep(wait).await;
+                tokio::time::sleep(wait + std::time::Duration::from_millis(20)).await;
             }
             let Ok(parent) = rt.stored(&id) else { return };
             let children = rt.child_views(&parent).unwrap_or_default();
+            let loaded = rt.loaded();
             let ended = rt
                 .transition(&id, |rec| {
-                    if rec.status.phase != Some(CallPhase::Running) {
-                        return Ok(vec![]);
-                    }
-                    let result = delegation::timed_out(&subagent, &children);
-                    Ok(finished_steps(
+                    let tool = loaded
+                        .policies
+                        .registry
+                        .tool(&rec.namespace, &rec.spec.tool_ref.name)
+                        .map(|t| &*t.spec);
+                    let ended = delegation::ending(
+                        tool,
+                        &subagent,
                         &mut rec.status,
-                        &result,
-                        Some(std::time::Duration::from_millis(subagent.budget.timeout_ms)),
-                    ))
+                        None,
+                        &children,
+                        Timestamp::now(),
+                    );
+                    // Ended some other way before its time: nothing to do.
+                    Ok(ended.ok().flatten().unwrap_or_default())
                 })
                 .await;
             if let Err(e) = ended {

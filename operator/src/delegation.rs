@@ -11,7 +11,7 @@ use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::delegation::{self, Child, Report, Scope};
-use toolgate_crds::{CallDelegation, CallPhase, ToolCall};
+use toolgate_crds::{CallPhase, ToolCall};
 
 use crate::build::{CALL_LABEL, child_name};
 use crate::cache::PolicyCache;
@@ -245,15 +245,7 @@ pub async fn caller_of(client: &Client, cache: &PolicyCache, token: &str) -> Opt
         jiff::Timestamp::now(),
     )
     .ok()?;
-    Some(Caller {
-        principal: toolgate_core::principal::Principal::new(delegation::principal(ns, name)),
-        approver_in: vec![],
-        delegation: Some(CallDelegation {
-            parent_call: name.to_string(),
-            delegator: call.spec.principal.clone(),
-            delegator_groups: call.spec.principal_groups.clone(),
-        }),
-    })
+    Some(Caller::delegated(ns, name, &call.spec))
 }
 
 /// What the agent API keeps of a subagent's report for the controller.

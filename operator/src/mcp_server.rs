@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use toolgate_broker::CredentialBroker;
@@ -264,16 +264,7 @@ async fn list(
 }
 
 async fn publish(ctx: &Context, server: &McpServer, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Discover".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &server.object_ref(&())).await {
-        tracing::warn!(server = %server.name_any(), error = %e, "publishing an event");
-    }
+    crate::readiness::publish_event(&ctx.recorder, server, "Discover", type_, reason, note).await;
 }
 
 #[tracing::instrument(skip(server, ctx), fields(server = %server.name_any(), namespace = server.namespace().unwrap_or_default()))]

@@ -301,3 +301,27 @@ pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate
     .for_each(|_| futures::future::ready(()));
     tokio::join!(policies, bindings);
 }
+
+/// Publish an Event about `obj` (`action`: what the controller was doing), its note cut to
+/// 1000 characters; a failure to publish is logged, never fatal.
+pub(crate) async fn publish_event<K>(
+    recorder: &kube::runtime::events::Recorder,
+    obj: &K,
+    action: &str,
+    type_: kube::runtime::events::EventType,
+    reason: &str,
+    note: String,
+) where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let event = kube::runtime::events::Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing an event");
+    }
+}

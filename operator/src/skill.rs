@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -125,16 +125,7 @@ pub enum Error {
 }
 
 async fn publish(ctx: &Context, skill: &Skill, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Load".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &skill.object_ref(&())).await {
-        tracing::warn!(skill = %skill.name_any(), error = %e, "publishing an event");
-    }
+    crate::readiness::publish_event(&ctx.recorder, skill, "Load", type_, reason, note).await;
 }
 
 #[tracing::instrument(skip(skill, ctx), fields(skill = %skill.name_any(), namespace = skill.namespace().unwrap_or_default()))]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use toolgate_core::delegation::{expires_at, result_of, timed_out};
-use toolgate_core::lifecycle::{Snapshot, finished_steps, start_delegation};
+use toolgate_core::delegation::{ending, expires_at};
+use toolgate_core::lifecycle::{Snapshot, start_delegation};
 use toolgate_crds::{SubagentSpec, ToolCall, ToolCallStatus};
 
 use super::{Context, Error, kube_error};
@@ -54,52 +54,38 @@ pub(super) async fn observe(
 ) -> Result<Action, Error> {
     let name = call.name_any();
     let now = jiff::Timestamp::now();
-    let elapsed = status
-        .runtime
-        .as_ref()
-        .and_then(|r| r.started_at.as_ref())
-        .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
-        .unwrap_or_default();
     let report = reported(&ctx.client, ns, &name)
         .await
         .map_err(kube_error("reading the delegation's report"))?;
-    let expires = expires_at(&status, subagent);
-    let result = match (report, expires) {
-        (Some(report), _) => {
-            let kids = children(&ctx.client, ns, &name)
-                .await
-                .map_err(kube_error("listing the delegation's calls"))?;
-            let cluster = ctx.cache.namespace(ns, &name);
-            let Some(tool) = cluster.policies.registry.tool(ns, &call.spec.tool_ref.name) else {
-                return Ok(Action::requeue(LOOK_AGAIN));
-            };
-            match result_of(
-                &tool.spec,
-                report,
-                &child_views(&kids),
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            ) {
-                Ok(r) => r,
-                // Checked when it was taken: the tool changed since. The time still ends it.
-                Err(e) => {
-                    tracing::warn!(call = %name, error = %e, "a delegation's report no longer fits its tool");
-                    return Ok(Action::requeue(LOOK_AGAIN));
-                }
-            }
+    let kids = children(&ctx.client, ns, &name)
+        .await
+        .map_err(kube_error("listing the delegation's calls"))?;
+    let cluster = ctx.cache.namespace(ns, &name);
+    let tool = cluster
+        .policies
+        .registry
+        .tool(ns, &call.spec.tool_ref.name)
+        .map(|t| &*t.spec);
+    let views = child_views(&kids);
+    let ended = match ending(tool, subagent, &mut status, report, &views, now) {
+        // Checked when it was taken: the tool changed since. The time still ends it.
+        Err(e) => {
+            tracing::warn!(call = %name, error = %e, "a delegation's report no longer fits its tool");
+            ending(tool, subagent, &mut status, None, &views, now)
         }
-        (None, Some(at)) if now >= at => {
-            let kids = children(&ctx.client, ns, &name)
-                .await
-                .map_err(kube_error("listing the delegation's calls"))?;
-            timed_out(subagent, &child_views(&kids))
-        }
-        (None, Some(at)) => {
-            let left = Duration::try_from(at.duration_since(now)).unwrap_or(LOOK_AGAIN);
-            return Ok(Action::requeue(left.min(LOOK_AGAIN)));
-        }
-        (None, None) => return Ok(Action::requeue(LOOK_AGAIN)),
+        ended => ended,
     };
-    let steps = finished_steps(&mut status, &result, Some(elapsed));
-    ctx.record(call, &mut status, &steps).await?;
-    Ok(Action::requeue(Duration::from_millis(100)))
+    match ended {
+        Ok(Some(steps)) => {
+            ctx.record(call, &mut status, &steps).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Ok(None) => {
+            let left = expires_at(&status, subagent)
+                .and_then(|at| Duration::try_from(at.duration_since(now)).ok())
+                .unwrap_or(LOOK_AGAIN);
+            Ok(Action::requeue(left.min(LOOK_AGAIN)))
+        }
+        Err(_) => Ok(Action::requeue(LOOK_AGAIN)),
+    }
 }
