@@ -521,71 +521,17 @@ fn the_http_adapter_stays_inside_the_allowed_domains() {
     assert_eq!(r.result["error"]["retryable"], true);
 }
 
-/// A real S3-compatible server: moto, started on a free loopback port.
-struct Moto {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn moto() -> Moto {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let server = Moto {
-        child: Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("moto_server is not installed: run tests/run.sh, which installs it (pip install 'moto[server]')"),
-        port,
-    };
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    drop(server);
-    panic!("moto_server did not listen on {port}");
-}
-
-fn http_request(port: u16, request: &str) -> Vec<u8> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.write_all(request.as_bytes()).expect("send");
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).expect("read");
-    out
-}
-
 #[test]
 fn artifacts_go_to_a_real_s3_server() {
-    let server = moto();
-    let created = http_request(
-        server.port,
-        "PUT /artifacts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    );
-    assert!(
-        String::from_utf8_lossy(&created).starts_with("HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&created)
-    );
+    let server = toolgate_testkit::moto::Moto::start("127.0.0.1");
+    server.create_bucket("artifacts");
     let dir = tempfile::tempdir().expect("tmp");
     let n = 12 * 1024 * 1024; // more than one 5 MiB part: a real multipart upload
     let mut spec = base_spec(
         dir.path(),
         json!(["head", "-c", n.to_string(), "/dev/zero"]),
     );
-    spec["artifacts"] = json!({"type": "s3", "bucket": "artifacts", "endpoint": format!("http://127.0.0.1:{}", server.port), "allowHttp": true});
+    spec["artifacts"] = json!({"type": "s3", "bucket": "artifacts", "endpoint": server.endpoint(), "allowHttp": true});
     let path = dir.path().join("spec.json");
     std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
@@ -605,18 +551,9 @@ fn artifacts_go_to_a_real_s3_server() {
     );
     let a = artifact(&result, "stdout");
     assert_eq!(a["uri"], "s3://artifacts/team-a/call-1/stdout");
-    let got = http_request(
-        server.port,
-        "GET /artifacts/team-a/call-1/stdout HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    );
-    let split = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("headers")
-        + 4;
-    let body = &got[split..];
+    let body = server.object("artifacts", "team-a/call-1/stdout");
     assert_eq!(body.len(), n);
-    assert_eq!(a["contentHash"], sha(body));
+    assert_eq!(a["contentHash"], sha(&body));
 }
 
 fn builtin_spec(dir: &Path, op: &str, args: Value) -> Value {

@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The repository root.
 pub mod api;
 pub mod fixtures;
 pub mod jaeger;
+pub mod moto;
 pub mod vault;
 
+/// The repository root.
 pub fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }

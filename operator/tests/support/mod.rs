@@ -1,7 +1,9 @@
 //! Test infrastructure shared by the operator's suites: kubectl against the test control plane
-//! (tests/cluster), namespaces, the operator process, and the node emulator.
+//! (tests/cluster), namespaces, the operator process, the cluster's real node and the node
+//! emulator.
 #![allow(dead_code, reason = "each suite uses a part")]
 
+pub mod node;
 pub mod node_emulator;
 
 #[allow(unused_imports, reason = "each suite uses a part")]
@@ -163,20 +165,71 @@ pub fn prepare(prefix: &str) -> String {
 }
 
 /// The operator binary for one namespace, running as its own identity (the shipped
-/// least-privilege role) until dropped; `extra` adds arguments.
+/// least-privilege role) until dropped, its artifacts in a folder shared with the node
+/// emulator; `extra` adds arguments.
 pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
     let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
+    let mut args = vec![
+        "--artifacts-dir".to_string(),
+        artifacts.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    spawn_operator(namespace, &args, &[])
+}
+
+/// The operator for one namespace with its artifacts in an S3-compatible bucket at `host:port`
+/// (moto): the executor in each pod uploads with the keys of a Secret created here in the
+/// namespace, the operator reads back with the same; the store's address is in every call's
+/// NetworkPolicy.
+pub fn start_operator_s3(
+    namespace: &str,
+    (host, port): (&str, u16),
+    bucket: &str,
+    extra: &[&str],
+) -> Operator {
+    let secret = "toolgate-artifacts";
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {namespace}}}\n\
+             stringData: {{AWS_ACCESS_KEY_ID: testing, AWS_SECRET_ACCESS_KEY: testing}}\n"
+        )),
+    );
+    let mut args: Vec<String> = [
+        "--artifacts-bucket",
+        bucket,
+        "--artifacts-endpoint",
+        &format!("http://{host}:{port}"),
+        "--artifacts-egress-cidr",
+        &format!("{host}/32"),
+        "--artifact-secret",
+        secret,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    spawn_operator(
+        namespace,
+        &args,
+        &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ],
+    )
+}
+
+fn spawn_operator(namespace: &str, args: &[String], env: &[(&str, &str)]) -> Operator {
     let health_port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
         .args(["--context", "operator", "--namespace", namespace])
-        .arg("--artifacts-dir")
-        .arg(&artifacts)
         .arg("--health-addr")
         .arg(format!("127.0.0.1:{health_port}"))
         .arg("--lease-name")
         .arg(format!("toolgate-operator-{namespace}"))
         .args(["--lease-duration-seconds", "3"])
-        .args(extra)
+        .args(args)
+        .envs(env.iter().copied())
         .env(
             "KUBECONFIG",
             std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig"),

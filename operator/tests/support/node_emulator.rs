@@ -1,5 +1,5 @@
-//! The node emulator: test infrastructure that plays the kubelet for the operator's pods, because
-//! no container runtime runs on this machine.
+//! The node emulator: test infrastructure that plays the kubelet for the operator's pods in the
+//! suites that do not yet run on the test cluster's real node (`support::node`, tests/cluster).
 //!
 //! It registers one Node, binds the namespace's pending toolgate pods to it (there is no
 //! scheduler either), materializes their ConfigMap, Secret and emptyDir volumes into a temporary
@@ -112,6 +112,8 @@ async fn register_node(client: &Client) {
     let node: Node = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "toolgate.dev/emulated": "true"}},
+        // The scheduler leaves this node alone: the emulator binds its namespace's pods itself.
+        "spec": {"taints": [{"key": "toolgate.dev/emulated", "value": "true", "effect": "NoSchedule"}]},
     }))
     .expect("node");
     let _ = nodes.create(&PostParams::default(), &node).await;
@@ -203,7 +205,9 @@ async fn run(
                 .as_ref()
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default();
-            if phase == "Succeeded" || phase == "Failed" {
+            // A pod the scheduler bound to the real test node is the kubelet's, not ours.
+            if phase == "Succeeded" || phase == "Failed" || spec.node_name.as_deref() != Some(NODE)
+            {
                 continue;
             }
             let uid = pod.metadata.uid.clone().unwrap_or_default();

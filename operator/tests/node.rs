@@ -1,0 +1,289 @@
+//! Calls on the test cluster's real node (tests/cluster/up.sh): each call's pod is scheduled by
+//! kube-scheduler and run by a real kubelet in a container of the executor image (this build's
+//! executor with what `executor/Containerfile` installs), through containerd and runc; the
+//! executor uploads the call's output to a real S3-compatible bucket (moto) that the operator
+//! reads back. What the pod spec asks for — non-root user, read-only root, no service-account
+//! token, no capabilities, seccomp, the deadline — is observed from inside the container.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use support::node::{self, RUNTIME_CLASS};
+use support::{have_cluster, jsonpath, kubectl, ok, prepare, wait_for};
+use toolgate_testkit::fixtures::{self, Tool};
+use toolgate_testkit::moto::Moto;
+
+const BUCKET: &str = "node-artifacts";
+
+/// The policy of the node's calls: read-only, no network, run on the real node.
+fn policy(ns: &str) -> String {
+    format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
+         mode: read_only\n  runtimeClassName: {RUNTIME_CLASS}\n  \
+         filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
+         environment: {{inheritedEnv: [PATH]}}\n  \
+         process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n"
+    )
+}
+
+const TOOLS: &[(&str, &str, u32)] = &[
+    ("node.echo", "[echo, \"{{msg}}\"]", 10000),
+    ("node.sleep", "[sleep, \"{{seconds}}\"]", 10000),
+    // The executor is the container's first process: its own status is what the runtime made.
+    (
+        "node.probe",
+        "[grep, -E, \"^(Uid|Gid|CapEff|CapBnd|Seccomp|NoNewPrivs):\", /proc/1/status]",
+        10000,
+    ),
+    ("node.write-root", "[touch, /written-by-a-tool]", 10000),
+    (
+        "node.sa-token",
+        "[ls, /var/run/secrets/kubernetes.io/serviceaccount]",
+        10000,
+    ),
+    ("node.git", "[git, --version]", 10000),
+    ("node.quick", "[sleep, \"{{seconds}}\"]", 1000),
+];
+
+struct Node {
+    ns: String,
+    _operator: support::Operator,
+    store: Moto,
+    /// The operator's agent API (TLS, `toolgate_testkit::api::TestTls`).
+    grpc: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            support::dump(&self.ns, "toolgate,pods,events");
+        }
+    }
+}
+
+/// A namespace with the node's tools, and an operator whose artifacts go to the store at this
+/// port of the machine's end of the node's link (moto's when `None`).
+fn node_with(prefix: &str, artifacts_port: Option<u16>) -> Option<Node> {
+    if !have_cluster() || !node::have_node() {
+        return None;
+    }
+    let ns = prepare(prefix);
+    node::install_runtime_class();
+    let mut docs = vec![policy(&ns)];
+    for (name, argv, timeout) in TOOLS {
+        docs.push(
+            Tool::test(name)
+                .argv(argv)
+                .policy("on-node")
+                .timeout_ms(*timeout)
+                .summary("A tool that runs on the test cluster's real node.")
+                .yaml(&ns),
+        );
+    }
+    let names: Vec<&str> = TOOLS.iter().map(|t| t.0).collect();
+    docs.push(fixtures::grant(&ns, "node-tools", &names));
+    ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
+    let store = Moto::start(&node::host_ip());
+    store.create_bucket(BUCKET);
+    let image = node::executor_image();
+    let host = node::host_ip();
+    let port = artifacts_port.unwrap_or(store.port);
+    let grpc = format!("127.0.0.1:{}", support::free_port());
+    let mut extra = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    extra.extend(["--executor-image".to_string(), image]);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let operator = support::start_operator_s3(&ns, (&host, port), BUCKET, &extra);
+    support::apply_agent_access(&ns);
+    Some(Node {
+        ns,
+        _operator: operator,
+        store,
+        grpc,
+    })
+}
+
+fn propose(ns: &str, name: &str, tool: &str, args: &str) {
+    ok(
+        &["apply", "-f", "-"],
+        Some(&fixtures::call(ns, name, tool, args, "team-a")),
+    );
+}
+
+fn preview(ns: &str, call: &str) -> String {
+    jsonpath(
+        ns,
+        &format!("toolcall/{call}"),
+        "{.status.result.outputPreview}",
+    )
+}
+
+fn error(ns: &str, call: &str) -> String {
+    jsonpath(
+        ns,
+        &format!("toolcall/{call}"),
+        "{.status.result.error.message}",
+    )
+}
+
+#[test]
+fn a_call_runs_in_a_container_of_the_executor_image_on_the_real_node() {
+    let Some(n) = node_with("tg-node-run", None) else {
+        return;
+    };
+    let ns = &n.ns;
+    propose(ns, "sleepy", "node.sleep", "{seconds: \"3\"}");
+    // While it runs: bound by the scheduler to the node, its container started by containerd
+    // from the image this build made.
+    let pod = "tg-sleepy";
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let started = loop {
+        let got = jsonpath(
+            ns,
+            &format!("pod/{pod}"),
+            "{.spec.nodeName} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].image}",
+        );
+        if got.split_whitespace().count() == 4 {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "the pod never ran: {got:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let fields: Vec<&str> = started.split_whitespace().collect();
+    assert_eq!(fields[0], node::NODE, "{started}");
+    assert!(fields[2].starts_with("containerd://"), "{started}");
+    assert_eq!(fields[3], node::executor_image(), "{started}");
+    let scheduled = kubectl(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={pod},reason=Scheduled"),
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        None,
+    )
+    .1;
+    assert!(scheduled.contains(node::NODE), "{scheduled:?}");
+    wait_for(ns, "toolcall/sleepy", "{.status.phase}", &["Succeeded"]);
+
+    // The full output is in the bucket, under the hash the status records.
+    propose(ns, "echo", "node.echo", "{msg: hello-from-a-container}");
+    wait_for(ns, "toolcall/echo", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(preview(ns, "echo"), "hello-from-a-container\n");
+    let uri = jsonpath(
+        ns,
+        "toolcall/echo",
+        "{.status.result.artifacts[?(@.artifactId==\"stdout\")].uri}",
+    );
+    let hash = jsonpath(
+        ns,
+        "toolcall/echo",
+        "{.status.result.artifacts[?(@.artifactId==\"stdout\")].contentHash}",
+    );
+    let key = uri
+        .strip_prefix(&format!("s3://{BUCKET}/"))
+        .unwrap_or_else(|| panic!("an s3 artifact: {uri:?}"));
+    let body = n.store.object(BUCKET, key);
+    assert_eq!(body, b"hello-from-a-container\n");
+    assert_eq!(
+        hash,
+        format!("sha256:{}", hex::encode(Sha256::digest(&body)))
+    );
+    // And `toolgate artifact` fetches it through the operator, which reads the bucket.
+    let fetched = std::process::Command::new(support::toolgate_cli())
+        .args(["artifact", &format!("{ns}/echo"), "stdout"])
+        .env("TOOLGATE_SERVER", format!("https://{}", n.grpc))
+        .env("TOOLGATE_TOKEN", support::token_of("agent"))
+        .env("TOOLGATE_CA", &toolgate_testkit::api::TestTls::get().cert)
+        .output()
+        .expect("toolgate runs");
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(fetched.stdout, body);
+
+    // The image holds what its Containerfile installs.
+    propose(ns, "git", "node.git", "{}");
+    wait_for(ns, "toolcall/git", "{.status.phase}", &["Succeeded"]);
+    assert!(
+        preview(ns, "git").starts_with("git version "),
+        "{}",
+        preview(ns, "git")
+    );
+}
+
+#[test]
+fn the_pod_security_context_is_enforced_inside_the_container() {
+    let Some(n) = node_with("tg-node-sec", None) else {
+        return;
+    };
+    let ns = &n.ns;
+    propose(ns, "probe", "node.probe", "{}");
+    propose(ns, "write-root", "node.write-root", "{}");
+    propose(ns, "sa-token", "node.sa-token", "{}");
+    wait_for(ns, "toolcall/probe", "{.status.phase}", &["Succeeded"]);
+    let status = preview(ns, "probe");
+    // The image's non-root user, no capability at all, seccomp filtering, no new privileges.
+    for want in [
+        "Uid:\t65532\t65532\t65532\t65532",
+        "Gid:\t65532\t65532\t65532\t65532",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(status.contains(want), "{want:?} not in:\n{status}");
+    }
+    // The root filesystem is read-only; no service-account token is mounted.
+    wait_for(ns, "toolcall/write-root", "{.status.phase}", &["Failed"]);
+    let written = error(ns, "write-root");
+    assert!(written.contains("Read-only file system"), "{written}");
+    wait_for(ns, "toolcall/sa-token", "{.status.phase}", &["Failed"]);
+    let token = error(ns, "sa-token");
+    assert!(token.contains("No such file or directory"), "{token}");
+}
+
+/// A listener that accepts and never answers: an artifact store that hangs.
+fn tarpit(host: &str) -> (std::net::TcpListener, u16) {
+    let l = std::net::TcpListener::bind((host, 0)).expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    (l, port)
+}
+
+#[test]
+fn active_deadline_seconds_ends_a_call_whose_executor_overruns() {
+    // The executor ends the tool at its timeout itself; what the pod's deadline is for is an
+    // executor that cannot end: here its upload to an artifact store that never answers.
+    if !have_cluster() || !node::have_node() {
+        return;
+    }
+    let (_held, port) = tarpit(&node::host_ip());
+    let Some(n) = node_with("tg-node-deadline", Some(port)) else {
+        return;
+    };
+    let ns = &n.ns;
+    propose(ns, "overrun", "node.quick", "{seconds: \"0\"}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let phase = jsonpath(ns, "toolcall/overrun", "{.status.phase}");
+        if phase == "Failed" {
+            break;
+        }
+        assert_ne!(phase, "Succeeded");
+        assert!(Instant::now() < deadline, "still {phase:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let message = jsonpath(
+        ns,
+        "toolcall/overrun",
+        "{.status.conditions[?(@.type==\"Finished\")].message}",
+    );
+    assert!(message.contains("DeadlineExceeded"), "{message}");
+}

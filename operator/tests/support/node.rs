@@ -1,0 +1,133 @@
+//! The test cluster's real node (tests/cluster/up.sh): a kubelet with containerd and runc in its
+//! own network namespace, scheduled to by the real kube-scheduler.
+//!
+//! The node is tainted and labelled `toolgate.dev/test-node`; a call's pod lands on it through
+//! the RuntimeClass `RUNTIME_CLASS` (runc, with that node selector and toleration) named by its
+//! SandboxPolicy, so the node emulator's suites and this node never meet. The executor image is
+//! this build's `toolgate-executor` with the files `executor/Containerfile` installs
+//! (tests/cluster/node/image.py), imported into the node's containerd once per build.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use sha2::{Digest, Sha256};
+
+use super::{node_emulator, ok, root};
+
+/// The RuntimeClass that puts a pod on the real node.
+pub const RUNTIME_CLASS: &str = "toolgate-test-node";
+/// The node's name (the kubelet's `--hostname-override`).
+pub const NODE: &str = "toolgate-node";
+
+/// Whether the test cluster has its real node; in CI its absence is a failure, never a skip.
+pub fn have_node() -> bool {
+    if std::env::var_os("TOOLGATE_NODE_CONTAINERD").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no test node: CI runs this suite through tests/run.sh, whose cluster has one"
+    );
+    eprintln!("skipping: run tests/run.sh (tests/cluster/up.sh starts the test node)");
+    false
+}
+
+/// The machine's end of the node's link: what pods reach this machine at (the artifact store).
+pub fn host_ip() -> String {
+    std::env::var("TOOLGATE_NODE_HOST_IP").expect("TOOLGATE_NODE_HOST_IP")
+}
+
+fn containerd_socket() -> PathBuf {
+    std::env::var_os("TOOLGATE_NODE_CONTAINERD")
+        .map(Into::into)
+        .expect("TOOLGATE_NODE_CONTAINERD")
+}
+
+fn ctr(args: &[&str]) -> std::process::Output {
+    Command::new("ctr")
+        .arg("--address")
+        .arg(containerd_socket())
+        .args(["-n", "k8s.io"])
+        .args(args)
+        .output()
+        .expect("ctr runs (Debian's containerd package; tests/cluster/node/install.sh)")
+}
+
+/// The executor image of this build on the node: built and imported on first use, its tag the
+/// digest of what it is made from (the executor binary, the Containerfile, the image builder),
+/// so a rebuilt executor is a new image and the same one is imported
+/// once whichever suite asks first (a lock file orders the test processes).
+pub fn executor_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(build_executor_image).clone()
+}
+
+fn build_executor_image() -> String {
+    let binary = node_emulator::executor_binary();
+    let mut digest = Sha256::new();
+    for input in [
+        binary.clone(),
+        root().join("executor/Containerfile"),
+        root().join("tests/cluster/node/image.py"),
+    ] {
+        digest.update(std::fs::read(&input).expect("read an input of the image"));
+    }
+    let tag = format!(
+        "toolgate.test/executor:{}",
+        &hex::encode(digest.finalize())[..16]
+    );
+    let dir = binary.parent().expect("target dir").to_path_buf();
+    let lock = std::fs::File::create(dir.join("toolgate-executor-image.lock")).expect("lock");
+    lock.lock().expect("lock the image build");
+    let listed = ctr(&["images", "ls", "-q"]);
+    if String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .any(|l| l == format!("docker.io/{tag}") || l == tag)
+    {
+        return tag;
+    }
+    let tar = dir.join("toolgate-executor-image.tar");
+    let built = Command::new("python3")
+        .arg(root().join("tests/cluster/node/image.py"))
+        .args(["--tag", &tag, "--containerfile"])
+        .arg(root().join("executor/Containerfile"))
+        .arg("--target")
+        .arg(&dir)
+        .arg("--out")
+        .arg(&tar)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        built.status.success(),
+        "image.py: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let imported = ctr(&["images", "import", &tar.display().to_string()]);
+    assert!(
+        imported.status.success(),
+        "ctr images import: {}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let _ = std::fs::remove_file(&tar);
+    tag
+}
+
+/// The RuntimeClass of the real node, applied once (server-side: suites run in parallel).
+pub fn install_runtime_class() {
+    ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=toolgate-tests",
+            "-f",
+            "-",
+        ],
+        Some(&format!(
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {RUNTIME_CLASS}}}\nhandler: runc\n\
+             scheduling:\n  nodeSelector: {{toolgate.dev/test-node: \"true\"}}\n  \
+             tolerations: [{{key: toolgate.dev/test-node, operator: Equal, value: \"true\", effect: NoSchedule}}]\n"
+        )),
+    );
+}
