@@ -180,7 +180,10 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
         artifacts,
         artifact_secret: args.artifact_secret.clone(),
         broker,
-        artifact_egress: args.artifacts_egress_cidrs.clone(),
+        artifact_egress: build::ArtifactEgress::new(
+            args.artifacts_egress_cidrs.clone(),
+            args.artifacts_endpoint.as_deref(),
+        ),
         keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
         tracer: match &args.otlp_endpoint {
             Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-operator")?,

@@ -55,7 +55,7 @@ pub struct Pods {
     /// The artifact store's credentials, as for calls.
     pub artifact_secret: Option<String>,
     /// CIDRs of the artifact store, opened in the discovery pod's NetworkPolicy.
-    pub artifact_egress: Vec<String>,
+    pub artifact_egress: crate::build::ArtifactEgress,
 }
 
 /// What a reconcile needs.

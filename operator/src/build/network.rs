@@ -63,16 +63,40 @@ pub fn executor_ports(execution: &toolgate_crds::Execution) -> Option<Vec<i32>> 
         return None;
     }
     match execution.mcp.as_ref().and_then(|m| m.url.as_deref()) {
-        Some(url) => {
-            let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
-            let authority = rest.split('/').next().unwrap_or_default();
-            let port = authority
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<i32>().ok())
-                .unwrap_or(if scheme == "http" { 80 } else { 443 });
-            Some(vec![port])
-        }
+        Some(url) => Some(vec![url_port(url)]),
         None => Some(vec![443, 80]),
+    }
+}
+
+/// The TCP port a URL names, or its scheme's (80 for http, else 443).
+fn url_port(url: &str) -> i32 {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+    let authority = rest.split('/').next().unwrap_or_default();
+    authority
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<i32>().ok())
+        .unwrap_or(if scheme == "http" { 80 } else { 443 })
+}
+
+/// Where the executor uploads a call's full output: the artifact store's CIDRs (operator flag
+/// `--artifacts-egress-cidr`) and its port, opened in every call's NetworkPolicy whatever the
+/// tool's egress — and only that port, so a store that shares an address with other services
+/// (a node, the API server) opens nothing else to the tool.
+#[derive(Debug, Clone, Default)]
+pub struct ArtifactEgress {
+    /// The store's CIDRs; none when the store is a folder on the node.
+    pub cidrs: Vec<String>,
+    /// The store's port.
+    pub port: i32,
+}
+
+impl ArtifactEgress {
+    /// The store at `endpoint` (AWS's HTTPS endpoints when `None`).
+    pub fn new(cidrs: Vec<String>, endpoint: Option<&str>) -> ArtifactEgress {
+        ArtifactEgress {
+            cidrs,
+            port: endpoint.map(url_port).unwrap_or(443),
+        }
     }
 }
 
@@ -84,7 +108,7 @@ pub fn network_policy(
     o: &Owner<'_>,
     policy: &SandboxPolicySpec,
     executor_ports: Option<&[i32]>,
-    artifact_store: &[String],
+    artifact_store: &ArtifactEgress,
 ) -> Result<NetworkPolicy, BuildError> {
     let net = &policy.network;
     let (v4_except, v6_except): (&[&str], &[&str]) = if net.deny_private_networks {
@@ -137,13 +161,23 @@ pub fn network_policy(
             rules
         }
     };
-    // The executor uploads the full output: the artifact store stays reachable whatever the
-    // tool's egress (operator flag --artifacts-egress-cidr).
+    // The executor uploads the full output: the artifact store's port stays reachable whatever
+    // the tool's egress.
     let mut egress = egress;
-    if !artifact_store.is_empty() {
+    if !artifact_store.cidrs.is_empty() {
         egress.push(NetworkPolicyEgressRule {
-            to: Some(artifact_store.iter().map(|c| ip_peer(c, &[])).collect()),
-            ports: None,
+            to: Some(
+                artifact_store
+                    .cidrs
+                    .iter()
+                    .map(|c| ip_peer(c, &[]))
+                    .collect(),
+            ),
+            ports: Some(vec![NetworkPolicyPort {
+                protocol: Some("TCP".into()),
+                port: Some(IntOrString::Int(artifact_store.port)),
+                ..Default::default()
+            }]),
         });
     }
     Ok(NetworkPolicy {

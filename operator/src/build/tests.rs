@@ -209,7 +209,7 @@ fn network_policies_per_egress_mode() {
         &OWNER,
         &policy(serde_json::json!({"egress": "none"})),
         None,
-        &[],
+        &ArtifactEgress::default(),
     )
     .expect("none");
     let spec = none.spec.expect("spec");
@@ -231,7 +231,7 @@ fn network_policies_per_egress_mode() {
         &OWNER,
         &policy(serde_json::json!({"egress": "open", "denyPrivateNetworks": true})),
         None,
-        &[],
+        &ArtifactEgress::default(),
     )
     .expect("open");
     let rules = open.spec.expect("spec").egress.expect("egress");
@@ -250,7 +250,7 @@ fn network_policies_per_egress_mode() {
         &OWNER,
         &policy(serde_json::json!({"egress": "allowlist", "allowCidrs": ["203.0.113.0/24"]})),
         None,
-        &[],
+        &ArtifactEgress::default(),
     )
     .expect("cidrs");
     let rules = cidrs.spec.expect("spec").egress.expect("egress");
@@ -267,7 +267,13 @@ fn network_policies_per_egress_mode() {
     let domains = policy(
         serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"], "denyPrivateNetworks": true}),
     );
-    let http = network_policy(&OWNER, &domains, Some(&[443, 80]), &[]).expect("http");
+    let http = network_policy(
+        &OWNER,
+        &domains,
+        Some(&[443, 80]),
+        &ArtifactEgress::default(),
+    )
+    .expect("http");
     let rules = http.spec.expect("spec").egress.expect("egress");
     assert_eq!(rules.len(), 2, "web ports to public ranges, and DNS");
     let ports: Vec<_> = rules[0]
@@ -282,18 +288,21 @@ fn network_policies_per_egress_mode() {
         vec![Some(IntOrString::Int(443)), Some(IntOrString::Int(80))]
     );
     assert!(matches!(
-        network_policy(&OWNER, &domains, None, &[]),
+        network_policy(&OWNER, &domains, None, &ArtifactEgress::default()),
         Err(BuildError::DomainsForProcess(_))
     ));
 }
 
 #[test]
-fn the_artifact_store_stays_reachable_even_with_egress_none() {
+fn the_artifact_store_stays_reachable_even_with_egress_none_on_its_port_only() {
     let np = network_policy(
         &OWNER,
         &policy(serde_json::json!({"egress": "none"})),
         None,
-        &["10.96.40.0/24".to_string()],
+        &ArtifactEgress::new(
+            vec!["10.96.40.0/24".to_string()],
+            Some("http://10.96.40.7:9000"),
+        ),
     )
     .expect("policy");
     let rules = np.spec.expect("spec").egress.expect("egress");
@@ -305,6 +314,23 @@ fn the_artifact_store_stays_reachable_even_with_egress_none() {
             .expect("block")
             .cidr,
         "10.96.40.0/24"
+    );
+    let ports: Vec<_> = rules[0]
+        .ports
+        .clone()
+        .expect("only the store's port")
+        .into_iter()
+        .map(|p| (p.protocol, p.port))
+        .collect();
+    assert_eq!(
+        ports,
+        vec![(Some("TCP".into()), Some(IntOrString::Int(9000)))]
+    );
+    // AWS itself: HTTPS.
+    assert_eq!(ArtifactEgress::new(vec![], None).port, 443);
+    assert_eq!(
+        ArtifactEgress::new(vec![], Some("https://minio.storage.svc")).port,
+        443
     );
 }
 

@@ -60,8 +60,9 @@ pub struct CallConfig {
     pub artifact_secret: Option<String>,
     /// Where credentials come from.
     pub broker: Arc<dyn CredentialBroker>,
-    /// CIDRs of the artifact store, opened in every call's NetworkPolicy for the executor.
-    pub artifact_egress: Vec<String>,
+    /// The artifact store's addresses and port, opened in every call's NetworkPolicy for the
+    /// executor.
+    pub artifact_egress: crate::build::ArtifactEgress,
     /// How long a failed call's pod is kept for debugging.
     pub keep_failed_pods: Duration,
     /// Where call spans go (nowhere by default).

@@ -16,7 +16,7 @@ use crate::build::{self, Owner, PodInput};
 pub(crate) fn placeable(
     owner: &Owner<'_>,
     target: &RunTarget<'_>,
-    artifact_egress: &[String],
+    artifact_egress: &build::ArtifactEgress,
 ) -> Result<(), String> {
     build::network_policy(
         owner,

@@ -160,7 +160,7 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
             },
             artifact_secret: None,
             broker: Arc::new(toolgate_broker::NoBroker),
-            artifact_egress: vec![],
+            artifact_egress: Default::default(),
             keep_failed_pods: Duration::from_secs(0),
             tracer: Default::default(),
         },

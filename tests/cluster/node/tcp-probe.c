@@ -1,0 +1,78 @@
+/* A network probe for the test node's NetworkPolicy suite (built static, no libraries):
+ *   tcp-probe connect ADDRESS PORT TIMEOUT_MS   prints connected, refused, timed out or
+ *                                               unreachable (exit 0: the outcome is the answer)
+ *   tcp-probe listen PORT                       answers every connection with "hello\n"
+ * The suite only ever points it at addresses it made itself (pods, the node, the machine's end
+ * of the node's link). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int probe(const char *address, int port, int timeout_ms) {
+  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
+  if (inet_pton(AF_INET, address, &to.sin_addr) != 1) {
+    fprintf(stderr, "not an IPv4 address: %s\n", address);
+    return 2;
+  }
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (s < 0) {
+    printf("unreachable: socket: %s\n", strerror(errno));
+    return 0;
+  }
+  if (connect(s, (struct sockaddr *)&to, sizeof to) == 0) {
+    printf("connected\n");
+    return 0;
+  }
+  if (errno != EINPROGRESS) {
+    printf(errno == ECONNREFUSED ? "refused\n" : "unreachable: %s\n", strerror(errno));
+    return 0;
+  }
+  struct pollfd p = {.fd = s, .events = POLLOUT};
+  int ready = poll(&p, 1, timeout_ms);
+  if (ready == 0) {
+    printf("timed out\n");
+    return 0;
+  }
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == 0)
+    printf("connected\n");
+  else if (err == ECONNREFUSED)
+    printf("refused\n");
+  else
+    printf("unreachable: %s\n", strerror(err));
+  return 0;
+}
+
+static int listen_on(int port) {
+  int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
+  if (bind(s, (struct sockaddr *)&at, sizeof at) != 0 || listen(s, 64) != 0) {
+    perror("listen");
+    return 1;
+  }
+  for (;;) {
+    int c = accept(s, NULL, NULL);
+    if (c < 0) continue;
+    ssize_t n = write(c, "hello\n", 6);
+    (void)n;
+    close(c);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "connect") == 0)
+    return probe(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if (argc == 3 && strcmp(argv[1], "listen") == 0) return listen_on(atoi(argv[2]));
+  fprintf(stderr, "usage: tcp-probe connect ADDRESS PORT TIMEOUT_MS | tcp-probe listen PORT\n");
+  return 2;
+}
