@@ -91,6 +91,7 @@ echo $! > "$DIR/etcd.pid"
   --token-auth-file="$DIR/tokens.csv" --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-account-key-file="$DIR/sa.pub" --service-account-signing-key-file="$DIR/sa.key" \
+  --kubelet-preferred-address-types=InternalIP \
   --service-cluster-ip-range=10.96.0.0/16 >"$DIR/apiserver.log" 2>&1 &
 echo $! > "$DIR/apiserver.pid"
 

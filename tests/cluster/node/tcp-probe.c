@@ -1,6 +1,8 @@
 /* A network probe for the test node's NetworkPolicy suite (built static, no libraries):
- *   tcp-probe connect ADDRESS PORT TIMEOUT_MS   prints connected, refused, timed out or
- *                                               unreachable (exit 0: the outcome is the answer)
+ *   tcp-probe connect ADDRESS PORT TIMEOUT_MS [AFTER_MS]
+ *       prints connected, refused, timed out or unreachable (exit 0: the outcome is the
+ *       answer), AFTER_MS after it starts (the enforcer programs a new pod's rules once it has
+ *       seen the pod's address: kube-router is not instant)
  *   tcp-probe listen PORT                       answers every connection with "hello\n"
  * The suite only ever points it at addresses it made itself (pods, the node, the machine's end
  * of the node's link). */
@@ -70,9 +72,11 @@ static int listen_on(int port) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 5 && strcmp(argv[1], "connect") == 0)
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "connect") == 0) {
+    if (argc == 6) usleep((useconds_t)atoi(argv[5]) * 1000);
     return probe(argv[2], atoi(argv[3]), atoi(argv[4]));
+  }
   if (argc == 3 && strcmp(argv[1], "listen") == 0) return listen_on(atoi(argv[2]));
-  fprintf(stderr, "usage: tcp-probe connect ADDRESS PORT TIMEOUT_MS | tcp-probe listen PORT\n");
+  fprintf(stderr, "usage: tcp-probe connect ADDRESS PORT TIMEOUT_MS [AFTER_MS] | tcp-probe listen PORT\n");
   return 2;
 }

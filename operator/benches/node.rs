@@ -1,0 +1,152 @@
+//! A governed call on the test cluster's real node, end to end: the time from a ToolCall's
+//! creation to its `Succeeded` (one pod per call, scheduled, run by the kubelet in a container
+//! of the executor image, output uploaded to a real S3 bucket), and the API server requests each
+//! call costs, from the API server's own `apiserver_request_total` (every client: the operator,
+//! the scheduler, the kubelet, this bench's one watch per call).
+//!
+//!   eval "$(tests/cluster/up.sh)"; cargo bench -p toolgate-operator --bench node
+//!
+//! Not a test: it prints figures and asserts nothing about time. Without the test cluster it
+//! says so and exits.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
+use toolgate_core::lifecycle::is_terminal;
+use toolgate_crds::{CallPhase, ToolCall};
+use toolgate_testkit::fixtures::{self, Tool};
+use toolgate_testkit::moto::Moto;
+
+const CALLS: usize = 30;
+
+/// `apiserver_request_total` summed by (resource, verb).
+fn requests() -> BTreeMap<(String, String), f64> {
+    let text = support::ok(&["get", "--raw", "/metrics"], None);
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        *out.entry((label("resource"), label("verb"))).or_default() +=
+            value.parse::<f64>().unwrap_or(0.0);
+    }
+    out
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    if std::env::var_os("TOOLGATE_NODE_CONTAINERD").is_none()
+        || std::env::var_os("TOOLGATE_KUBECONFIG").is_none()
+    {
+        println!("node bench: skipped (needs the test cluster: eval \"$(tests/cluster/up.sh)\")");
+        return;
+    }
+    let ns = support::prepare("tg-bench-node");
+    support::node::install_runtime_class();
+    let policy = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
+         mode: read_only\n  runtimeClassName: {}\n  \
+         filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
+         environment: {{inheritedEnv: [PATH]}}\n  \
+         process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n",
+        support::node::RUNTIME_CLASS
+    );
+    let tool = Tool::test("bench.true")
+        .argv("[\"true\"]")
+        .policy("on-node")
+        .summary("Does nothing, to measure what governance costs on a node.")
+        .yaml(&ns);
+    let grant = fixtures::grant(&ns, "bench", &["bench.true"]);
+    support::ok(
+        &["apply", "-f", "-"],
+        Some(&[policy, tool, grant].join("\n---\n")),
+    );
+    let host = support::node::host_ip();
+    let store = Moto::start(&host);
+    store.create_bucket("bench");
+    let image = support::node::executor_image();
+    let _operator = support::start_operator_s3(
+        &ns,
+        (&host, store.port),
+        "bench",
+        &["--executor-image", &image],
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt.block_on(support::node_emulator::admin_client());
+    let calls: Api<ToolCall> = Api::namespaced(client, &ns);
+    let run = |name: String| -> Duration {
+        let call: ToolCall =
+            serde_norway::from_str(&fixtures::call(&ns, &name, "bench.true", "{}", "team-a"))
+                .expect("a ToolCall");
+        rt.block_on(async {
+            let started = Instant::now();
+            calls
+                .create(&PostParams::default(), &call)
+                .await
+                .expect("create");
+            let done = await_condition(calls.clone(), &name, |c: Option<&ToolCall>| {
+                is_terminal(
+                    c.and_then(|c| c.status.as_ref())
+                        .and_then(|s| s.phase.clone()),
+                )
+            });
+            let ended = tokio::time::timeout(Duration::from_secs(120), done)
+                .await
+                .expect("the call ends within 2 min")
+                .expect("watch");
+            let phase = ended.and_then(|c| c.status).and_then(|s| s.phase);
+            assert_eq!(phase, Some(CallPhase::Succeeded), "call {name}");
+            started.elapsed()
+        })
+    };
+    // The image imported, the operator leading, the first pod's cold paths taken.
+    for i in 0..2 {
+        run(format!("warm-{i}"));
+    }
+    let before = requests();
+    let mut times: Vec<Duration> = (0..CALLS).map(|i| run(format!("call-{i}"))).collect();
+    let after = requests();
+    times.sort();
+    let mut per_call: Vec<(f64, String)> = after
+        .iter()
+        .map(|(k, v)| (v - before.get(k).copied().unwrap_or(0.0), k))
+        .filter(|(d, _)| *d > 0.0)
+        .map(|(d, (resource, verb))| (d / CALLS as f64, format!("{verb} {resource}")))
+        .collect();
+    per_call.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = per_call.iter().map(|(d, _)| d).sum();
+    println!(
+        "node: ToolCall created -> Succeeded, {CALLS} sequential calls of `true` in a pod each: p50 {:.0} ms, p99 {:.0} ms, min {:.0} ms, max {:.0} ms",
+        percentile(&times, 0.5).as_secs_f64() * 1e3,
+        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+    );
+    println!("node: API server requests per call, every client: {total:.1}");
+    for (d, what) in per_call.iter().take(12) {
+        println!("  {d:5.1}  {what}");
+    }
+}
