@@ -108,10 +108,7 @@ fn main() {
                 .await
                 .expect("create");
             let done = await_condition(calls.clone(), &name, |c: Option<&ToolCall>| {
-                is_terminal(
-                    c.and_then(|c| c.status.as_ref())
-                        .and_then(|s| s.phase.clone()),
-                )
+                is_terminal(c.and_then(|c| c.status.as_ref()).and_then(|s| s.phase))
             });
             let ended = tokio::time::timeout(Duration::from_secs(120), done)
                 .await

@@ -3,7 +3,8 @@
 //! executor with what `executor/Containerfile` installs), through containerd and runc; the
 //! executor uploads the call's output to a real S3-compatible bucket (moto) that the operator
 //! reads back. What the pod spec asks for — non-root user, read-only root, no service-account
-//! token, no capabilities, seccomp, the deadline — is observed from inside the container.
+//! token, no capabilities, seccomp, the deadline — is observed from inside the container, and
+//! every call's NetworkPolicy, enforced by kube-router, by a tool that tries to connect.
 
 mod support;
 
@@ -63,9 +64,10 @@ impl Drop for Node {
     }
 }
 
-/// A namespace with the node's tools, and an operator whose artifacts go to the store at this
-/// port of the machine's end of the node's link (moto's when `None`).
-fn node_with(prefix: &str, artifacts_port: Option<u16>) -> Option<Node> {
+/// A namespace with the node's tools, and an operator running calls in `image` (the executor
+/// image when `None`) whose artifacts go to the store at this port of the machine's end of the
+/// node's link (moto's when `None`).
+fn node_with(prefix: &str, artifacts_port: Option<u16>, image: Option<String>) -> Option<Node> {
     if !have_cluster() || !node::have_node() {
         return None;
     }
@@ -87,7 +89,7 @@ fn node_with(prefix: &str, artifacts_port: Option<u16>) -> Option<Node> {
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
     let store = Moto::start(&node::host_ip());
     store.create_bucket(BUCKET);
-    let image = node::executor_image();
+    let image = image.unwrap_or_else(node::executor_image);
     let host = node::host_ip();
     let port = artifacts_port.unwrap_or(store.port);
     let grpc = format!("127.0.0.1:{}", support::free_port());
@@ -129,7 +131,7 @@ fn error(ns: &str, call: &str) -> String {
 
 #[test]
 fn a_call_runs_in_a_container_of_the_executor_image_on_the_real_node() {
-    let Some(n) = node_with("tg-node-run", None) else {
+    let Some(n) = node_with("tg-node-run", None, None) else {
         return;
     };
     let ns = &n.ns;
@@ -221,7 +223,7 @@ fn a_call_runs_in_a_container_of_the_executor_image_on_the_real_node() {
 
 #[test]
 fn the_pod_security_context_is_enforced_inside_the_container() {
-    let Some(n) = node_with("tg-node-sec", None) else {
+    let Some(n) = node_with("tg-node-sec", None, None) else {
         return;
     };
     let ns = &n.ns;
@@ -265,7 +267,7 @@ fn active_deadline_seconds_ends_a_call_whose_executor_overruns() {
         return;
     }
     let (_held, port) = tarpit(&node::host_ip());
-    let Some(n) = node_with("tg-node-deadline", Some(port)) else {
+    let Some(n) = node_with("tg-node-deadline", Some(port), None) else {
         return;
     };
     let ns = &n.ns;
@@ -286,4 +288,175 @@ fn active_deadline_seconds_ends_a_call_whose_executor_overruns() {
         "{.status.conditions[?(@.type==\"Finished\")].message}",
     );
     assert!(message.contains("DeadlineExceeded"), "{message}");
+}
+
+/// A policy of the node in `ns` named `name` with this `network` block.
+fn network_policy(ns: &str, name: &str, network: &str) -> String {
+    policy(ns)
+        .replace("name: on-node,", &format!("name: {name},"))
+        .replace("network: {egress: none}", &format!("network: {network}"))
+}
+
+/// The API server's address, as the kubeconfig names it (the machine's end of the link).
+fn api_server() -> String {
+    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
+    let text = std::fs::read_to_string(path).expect("kubeconfig");
+    text.split("server: \"https://")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the server's address")
+        .to_string()
+}
+
+/// NetworkPolicies on the node, enforced by kube-router, observed by a tool that tries to
+/// connect (`tcp-probe`): every address tried is one this suite made — a listener pod, the node,
+/// the API server, two listeners on this machine's end of the link.
+#[test]
+fn network_policies_are_enforced_on_the_node() {
+    if !have_cluster() || !node::have_node() {
+        return;
+    }
+    let probe_image = node::probe_image();
+    let Some(n) = node_with("tg-node-net", None, Some(probe_image.clone())) else {
+        return;
+    };
+    let ns = &n.ns;
+    let (inside, outside) = node::test_hosts();
+    let listen = |host: &str| {
+        let l = std::net::TcpListener::bind((host, 0)).expect("bind a test host");
+        let port = l.local_addr().expect("addr").port();
+        (l, format!("{host}:{port}"))
+    };
+    let (_a, host_in) = listen(&inside);
+    let (_b, host_out) = listen(&outside);
+    // A pod that listens: what another call's pod must not reach.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: listener, namespace: {ns}}}\nspec:\n  \
+             runtimeClassName: {RUNTIME_CLASS}\n  automountServiceAccountToken: false\n  \
+             containers: [{{name: listen, image: \"{probe_image}\", imagePullPolicy: IfNotPresent, \
+             command: [tcp-probe, listen, \"8080\"], securityContext: {{runAsNonRoot: true, allowPrivilegeEscalation: false}}}}]\n"
+        )),
+    );
+    let listener = format!("{}:8080", wait_pod_ip(ns, "listener"));
+    let mut docs = vec![
+        network_policy(ns, "net-none", "{egress: none}"),
+        network_policy(
+            ns,
+            "net-cidr",
+            &format!("{{egress: allowlist, allowCidrs: [\"{inside}/32\"]}}"),
+        ),
+        // Private networks are denied unless a policy says otherwise (the default).
+        network_policy(ns, "net-open", "{egress: open, denyPrivateNetworks: false}"),
+        network_policy(
+            ns,
+            "net-open-public",
+            "{egress: open, denyPrivateNetworks: true}",
+        ),
+    ];
+    let policies = ["net-none", "net-cidr", "net-open", "net-open-public"];
+    for p in policies {
+        // kube-router programs a new pod's rules once it has seen the pod's address, about a
+        // second after the pod starts: the probe waits 2.5 s before it tries (see the README).
+        docs.push(
+            Tool::test(&format!("probe.{p}"))
+                .argv("[tcp-probe, connect, \"{{msg}}\", \"1500\", \"2500\"]")
+                .policy(p)
+                .summary("Tries one TCP connection and says what happened.")
+                .yaml(ns),
+        );
+    }
+    let tools: Vec<String> = policies.iter().map(|p| format!("probe.{p}")).collect();
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    docs.push(fixtures::grant(ns, "probes", &tools));
+    ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
+    let api = api_server();
+    let node_kubelet = format!("{}:10250", node::node_ip());
+    let cases: Vec<(&str, &str, &str)> = vec![
+        // Controls: with egress open, the targets answer.
+        ("open-listener", "net-open", &listener),
+        ("open-host", "net-open", &host_in),
+        // Egress none: nothing but the artifact store's port.
+        ("none-listener", "net-none", &listener),
+        ("none-node", "net-none", &node_kubelet),
+        ("none-api", "net-none", &api),
+        ("none-host", "net-none", &host_in),
+        // A CIDR allowlist: inside reached, outside not.
+        ("cidr-in", "net-cidr", &host_in),
+        ("cidr-out", "net-cidr", &host_out),
+        // Open egress, private networks denied by default: a private address refused.
+        ("public-private", "net-open-public", &host_in),
+    ];
+    for (name, policy, target) in &cases {
+        propose(
+            ns,
+            name,
+            &format!("probe.{policy}"),
+            &format!("{{msg: \"{target}\"}}"),
+        );
+    }
+    let mut seen = Vec::new();
+    for (name, _, target) in &cases {
+        wait_for(
+            ns,
+            &format!("toolcall/{name}"),
+            "{.status.phase}",
+            &["Succeeded"],
+        );
+        seen.push((
+            name.to_string(),
+            target.to_string(),
+            preview(ns, name).trim().to_string(),
+        ));
+    }
+    let outcome = |name: &str| {
+        seen.iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, o)| o.clone())
+            .unwrap_or_default()
+    };
+    for reached in ["open-listener", "open-host", "cidr-in"] {
+        assert_eq!(outcome(reached), "connected", "{reached}: {seen:?}");
+    }
+    for blocked in [
+        "none-listener",
+        "none-node",
+        "none-api",
+        "none-host",
+        "cidr-out",
+        "public-private",
+    ] {
+        assert_ne!(outcome(blocked), "connected", "{blocked}: {seen:?}");
+        assert!(
+            ["refused", "timed out"].contains(&outcome(blocked).as_str()),
+            "{blocked}: {seen:?}"
+        );
+    }
+    // The upload still went through the one port the policy opens for it.
+    let uri = jsonpath(
+        ns,
+        "toolcall/none-api",
+        "{.status.result.artifacts[?(@.artifactId==\"stdout\")].uri}",
+    );
+    assert!(uri.starts_with(&format!("s3://{BUCKET}/")), "{uri:?}");
+}
+
+fn wait_pod_ip(ns: &str, pod: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ip = jsonpath(
+            ns,
+            &format!("pod/{pod}"),
+            "{.status.containerStatuses[0].state.running.startedAt} {.status.podIP}",
+        );
+        if let Some((_, ip)) = ip
+            .split_once(' ')
+            .filter(|(s, ip)| !s.is_empty() && !ip.is_empty())
+        {
+            return ip.to_string();
+        }
+        assert!(Instant::now() < deadline, "pod {pod} never ran: {ip:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -18,6 +18,7 @@ stop() {
 # names them; containerd puts each in the cgroup /k8s.io/<id>), then whatever still runs in the
 # node's network namespace (containerd, its shims).
 [ -f "$DIR/node/kubelet.pid" ] && stop "$(cat "$DIR/node/kubelet.pid")"
+[ -f "$DIR/node/kube-router.pid" ] && stop "$(cat "$DIR/node/kube-router.pid")"
 CONTAINERS="$(ls "$DIR/node/runc/k8s.io" 2>/dev/null)"
 for _ in 1 2 3; do
   for id in $CONTAINERS; do

@@ -17,7 +17,8 @@
 #   operator  system:serviceaccount:toolgate-system:toolgate-operator
 #   agent     system:serviceaccount:team-a:fixer
 #   reviewer  alice@example.com (group team-a-reviewers)
-# and the node's own: system:node:toolgate-node (the kubelet), system:kube-scheduler.
+# and the node's own: system:node:toolgate-node (the kubelet), system:kube-scheduler,
+# system:kube-router (the NetworkPolicy enforcer, kube-router in firewall mode).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 K8S_VERSION="$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$HERE/go.mod")"
@@ -25,6 +26,20 @@ CACHE="${TOOLGATE_CACHE:-$HOME/.cache/toolgate}"
 BIN="$CACHE/k8s/$K8S_VERSION/bin"
 
 log() { echo "tests/cluster/up.sh: $*" >&2; }
+
+# The NetworkPolicy enforcer: kube-router, firewall only (iptables + ipset, which these kernels
+# have; kube-network-policies needs nftables' queue expression, which they lack; Calico and
+# Cilium are not served by the Go module proxy here). v2.1.0 is the only version served and has
+# reported vulnerabilities: acceptable for a node that only ever sees the suite's own traffic.
+KUBE_ROUTER_VERSION=v2.1.0
+KUBE_ROUTER="$CACHE/kube-router/$KUBE_ROUTER_VERSION/bin/kube-router"
+if [ ! -x "$KUBE_ROUTER" ]; then
+  command -v go >/dev/null || { log "Go is required to build kube-router"; exit 1; }
+  log "building kube-router $KUBE_ROUTER_VERSION (once; ~7 min cold on 2 cores)"
+  mkdir -p "$(dirname "$KUBE_ROUTER")"
+  (cd "$(mktemp -d)" && GOBIN="$(dirname "$KUBE_ROUTER")" GOFLAGS=-mod=mod \
+     go install "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION") >&2
+fi
 
 COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet"
 MISSING=""
@@ -67,11 +82,15 @@ ip -n "$NODE_NS" addr add "$NODE_IP/24" dev eth0
 ip -n "$NODE_NS" link set eth0 up
 ip -n "$NODE_NS" link set lo up
 ip route add "$POD_CIDR" via "$NODE_IP" dev "tgn$N-host"
+# Two more addresses of this machine on the link: test hosts for the NetworkPolicy suite (one
+# inside an allowed CIDR, one outside it), so no test ever sends a packet anywhere else.
+TEST_HOSTS="10.251.$N.10 10.251.$N.20"
+for h in $TEST_HOSTS; do ip addr add "$h/32" dev "tgn$N-host"; done
 
 openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null
 openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"
+ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"
 cat > "$DIR/tokens.csv" <<CSV
 $ADMIN,admin,admin,"system:masters"
 $OPERATOR,system:serviceaccount:toolgate-system:toolgate-operator,operator,"system:serviceaccounts,system:serviceaccounts:toolgate-system"
@@ -79,6 +98,7 @@ $AGENT,system:serviceaccount:team-a:fixer,fixer,"system:serviceaccounts,system:s
 $REVIEWER,alice@example.com,alice,"team-a-reviewers"
 $KUBELET,system:node:toolgate-node,kubelet,"system:nodes"
 $SCHEDULER,system:kube-scheduler,kube-scheduler,""
+$KUBE_ROUTER_TOKEN,system:kube-router,kube-router,""
 CSV
 
 etcd --data-dir "$DIR/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT" \
@@ -214,6 +234,29 @@ kubeconfig_for() {
 }
 kubeconfig_for kubelet "$KUBELET" > "$NODE_DIR/kubelet.kubeconfig"
 kubeconfig_for kube-scheduler "$SCHEDULER" > "$DIR/scheduler.kubeconfig"
+kubeconfig_for kube-router "$KUBE_ROUTER_TOKEN" > "$NODE_DIR/kube-router.kubeconfig"
+# What kube-router's firewall reads (its own ClusterRole, as its manifests give it).
+"$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" apply -f - >/dev/null <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [namespaces, pods, services, nodes, endpoints]
+  verbs: [list, get, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, get, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, get, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:kube-router"}
+subjects: [{kind: User, apiGroup: rbac.authorization.k8s.io, name: "system:kube-router"}]
+YAML
 "$BIN/kube-scheduler" --kubeconfig "$DIR/scheduler.kubeconfig" --secure-port=0 --leader-elect=false \
   >"$DIR/scheduler.log" 2>&1 &
 echo $! > "$DIR/scheduler.pid"
@@ -245,6 +288,21 @@ fi
 # The kubelet registers with the not-ready taint that the node lifecycle controller lifts once
 # the node is Ready; that controller does not run here (it would evict the node emulator's pods).
 "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" taint node toolgate-node node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+# The NetworkPolicy enforcer, in the node's network namespace, once the node it serves exists;
+# ready when it has written its chains there.
+nsenter --net="/run/netns/$NODE_NS" "$KUBE_ROUTER" --run-firewall=true --run-router=false \
+  --run-service-proxy=false --enable-cni=false --hostname-override=toolgate-node \
+  --kubeconfig "$NODE_DIR/kube-router.kubeconfig" --health-port=0 --metrics-port=0 \
+  >"$NODE_DIR/kube-router.log" 2>&1 &
+echo $! > "$NODE_DIR/kube-router.pid"
+for _ in $(seq 1 100); do
+  nsenter --net="/run/netns/$NODE_NS" iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1 && ROUTER_READY=1 && break
+  sleep 0.2
+done
+if [ -z "${ROUTER_READY:-}" ]; then
+  log "kube-router did not program the node; its log:"; tail -20 "$NODE_DIR/kube-router.log" >&2
+  exit 1
+fi
 log "node toolgate-node Ready at $NODE_IP (pods $POD_CIDR, containerd $NODE_DIR/containerd.sock)"
 echo "export TOOLGATE_CLUSTER_DIR='$DIR'"
 echo "export TOOLGATE_KUBECONFIG='$DIR/kubeconfig'"
@@ -252,3 +310,4 @@ echo "export TOOLGATE_KUBECTL='$BIN/kubectl'"
 echo "export TOOLGATE_NODE_CONTAINERD='$NODE_DIR/containerd.sock'"
 echo "export TOOLGATE_NODE_HOST_IP='$HOST_IP'"
 echo "export TOOLGATE_NODE_POD_CIDR='$POD_CIDR'"
+echo "export TOOLGATE_NODE_TEST_HOSTS='$TEST_HOSTS'"

@@ -38,6 +38,23 @@ pub fn host_ip() -> String {
     std::env::var("TOOLGATE_NODE_HOST_IP").expect("TOOLGATE_NODE_HOST_IP")
 }
 
+/// The node's own address on the link (the machine's end is `.1`, the node `.2`).
+pub fn node_ip() -> String {
+    let host = host_ip();
+    let (net, _) = host.rsplit_once('.').expect("an IPv4 address");
+    format!("{net}.2")
+}
+
+/// Two more addresses of this machine on the node's link (up.sh): test hosts.
+pub fn test_hosts() -> (String, String) {
+    let hosts = std::env::var("TOOLGATE_NODE_TEST_HOSTS").expect("TOOLGATE_NODE_TEST_HOSTS");
+    let mut it = hosts.split_whitespace().map(str::to_string);
+    (
+        it.next().expect("a first test host"),
+        it.next().expect("a second test host"),
+    )
+}
+
 fn containerd_socket() -> PathBuf {
     std::env::var_os("TOOLGATE_NODE_CONTAINERD")
         .map(Into::into)
@@ -60,21 +77,53 @@ fn ctr(args: &[&str]) -> std::process::Output {
 /// once whichever suite asks first (a lock file orders the test processes).
 pub fn executor_image() -> String {
     static IMAGE: OnceLock<String> = OnceLock::new();
-    IMAGE.get_or_init(build_executor_image).clone()
+    IMAGE.get_or_init(|| build_executor_image(None)).clone()
 }
 
-fn build_executor_image() -> String {
+/// The executor image with `tcp-probe` (tests/cluster/node/tcp-probe.c, built static here) at
+/// /usr/local/bin: the NetworkPolicy suite's tool that tries a connection, and its listener.
+pub fn probe_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let source = root().join("tests/cluster/node/tcp-probe.c");
+            let dir = node_emulator::executor_binary()
+                .parent()
+                .expect("target dir")
+                .join("toolgate-tcp-probe");
+            std::fs::create_dir_all(&dir).expect("probe dir");
+            let binary = dir.join("tcp-probe");
+            let built = Command::new("gcc")
+                .args(["-static", "-O2", "-o"])
+                .arg(&binary)
+                .arg(&source)
+                .output()
+                .expect("gcc runs (tests/cluster/node/install.sh installs it)");
+            assert!(
+                built.status.success(),
+                "gcc: {}",
+                String::from_utf8_lossy(&built.stderr)
+            );
+            build_executor_image(Some(binary))
+        })
+        .clone()
+}
+
+fn build_executor_image(probe: Option<PathBuf>) -> String {
     let binary = node_emulator::executor_binary();
     let mut digest = Sha256::new();
-    for input in [
+    let mut inputs = vec![
         binary.clone(),
         root().join("executor/Containerfile"),
         root().join("tests/cluster/node/image.py"),
-    ] {
-        digest.update(std::fs::read(&input).expect("read an input of the image"));
+    ];
+    inputs.extend(probe.clone());
+    for input in &inputs {
+        digest.update(std::fs::read(input).expect("read an input of the image"));
     }
     let tag = format!(
-        "toolgate.test/executor:{}",
+        "toolgate.test/executor{}:{}",
+        if probe.is_some() { "-probe" } else { "" },
         &hex::encode(digest.finalize())[..16]
     );
     let dir = binary.parent().expect("target dir").to_path_buf();
@@ -88,16 +137,21 @@ fn build_executor_image() -> String {
         return tag;
     }
     let tar = dir.join("toolgate-executor-image.tar");
-    let built = Command::new("python3")
+    let mut build = Command::new("python3");
+    build
         .arg(root().join("tests/cluster/node/image.py"))
         .args(["--tag", &tag, "--containerfile"])
         .arg(root().join("executor/Containerfile"))
         .arg("--target")
         .arg(&dir)
         .arg("--out")
-        .arg(&tar)
-        .output()
-        .expect("python3 runs");
+        .arg(&tar);
+    if let Some(p) = &probe {
+        build
+            .arg("--add")
+            .arg(format!("{}:/usr/local/bin/tcp-probe", p.display()));
+    }
+    let built = build.output().expect("python3 runs");
     assert!(
         built.status.success(),
         "image.py: {}",

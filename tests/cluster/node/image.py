@@ -229,6 +229,8 @@ def main():
     p.add_argument("--containerfile", required=True)
     p.add_argument("--target", help="the build output standing for /src/target/release/")
     p.add_argument("--context", help="the folder plain COPY sources are read from")
+    p.add_argument("--add", action="append", default=[],
+                   help="SRC:DEST, a file a test adds to the Containerfile's image")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
@@ -249,6 +251,10 @@ def main():
         if dest.endswith("/"):
             dest += os.path.basename(src)
         files.append((src, dest))
+    for spec in a.add:
+        if ":" not in spec:
+            fail(f"--add {spec}: expected SRC:DEST")
+        files.append(tuple(spec.split(":", 1)))
     dirs = []
     if config.get("WorkingDir"):
         dirs.append(config["WorkingDir"])

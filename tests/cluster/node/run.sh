@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test node's processes, containerd and the kubelet, started by tests/cluster/up.sh inside the
-# node's own network namespace and a private mount namespace:
+# The test node's processes, containerd and the kubelet, started by tests/cluster/up.sh inside
+# the node's own network namespace and a private mount namespace:
 #   nsenter --net=/run/netns/NS unshare --mount --propagation slave -- run.sh NODE_DIR BIN
 # so the kubelet's iptables chains, its volume mounts, the pod bridge and every container mount
 # stay out of the machine's own tables and mount table, and end with the namespace.

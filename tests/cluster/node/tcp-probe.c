@@ -1,5 +1,5 @@
 /* A network probe for the test node's NetworkPolicy suite (built static, no libraries):
- *   tcp-probe connect ADDRESS PORT TIMEOUT_MS [AFTER_MS]
+ *   tcp-probe connect ADDRESS:PORT TIMEOUT_MS [AFTER_MS]
  *       prints connected, refused, timed out or unreachable (exit 0: the outcome is the
  *       answer), AFTER_MS after it starts (the enforcer programs a new pod's rules once it has
  *       seen the pod's address: kube-router is not instant)
@@ -17,7 +17,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int probe(const char *address, int port, int timeout_ms) {
+static int probe(char *target, int timeout_ms) {
+  char *colon = strrchr(target, ':');
+  if (!colon) {
+    fprintf(stderr, "expected ADDRESS:PORT, got %s\n", target);
+    return 2;
+  }
+  *colon = 0;
+  const char *address = target;
+  int port = atoi(colon + 1);
   struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
   if (inet_pton(AF_INET, address, &to.sin_addr) != 1) {
     fprintf(stderr, "not an IPv4 address: %s\n", address);
@@ -72,11 +80,11 @@ static int listen_on(int port) {
 }
 
 int main(int argc, char **argv) {
-  if ((argc == 5 || argc == 6) && strcmp(argv[1], "connect") == 0) {
-    if (argc == 6) usleep((useconds_t)atoi(argv[5]) * 1000);
-    return probe(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "connect") == 0) {
+    if (argc == 5) usleep((useconds_t)atoi(argv[4]) * 1000);
+    return probe(argv[2], atoi(argv[3]));
   }
   if (argc == 3 && strcmp(argv[1], "listen") == 0) return listen_on(atoi(argv[2]));
-  fprintf(stderr, "usage: tcp-probe connect ADDRESS PORT TIMEOUT_MS [AFTER_MS] | tcp-probe listen PORT\n");
+  fprintf(stderr, "usage: tcp-probe connect ADDRESS:PORT TIMEOUT_MS [AFTER_MS] | tcp-probe listen PORT\n");
   return 2;
 }
