@@ -89,6 +89,14 @@ for h in $TEST_HOSTS; do ip addr add "$h/32" dev "tgn$N-host"; done
 
 openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null
 openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null
+# The API server's client certificate for the kubelet (logs, exec), from a CA only the kubelet
+# trusts: the kubelet authenticates by certificate and no one else holds one.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=toolgate-test-kubelet-client-ca" \
+  -keyout "$DIR/kubelet-client-ca.key" -out "$DIR/kubelet-client-ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+  -keyout "$DIR/apiserver-kubelet-client.key" -out "$DIR/apiserver-kubelet-client.csr" 2>/dev/null
+openssl x509 -req -in "$DIR/apiserver-kubelet-client.csr" -CA "$DIR/kubelet-client-ca.crt" \
+  -CAkey "$DIR/kubelet-client-ca.key" -CAcreateserial -days 2 -out "$DIR/apiserver-kubelet-client.crt" 2>/dev/null
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"
 cat > "$DIR/tokens.csv" <<CSV
@@ -112,6 +120,7 @@ echo $! > "$DIR/etcd.pid"
   --service-account-issuer=https://kubernetes.default.svc \
   --service-account-key-file="$DIR/sa.pub" --service-account-signing-key-file="$DIR/sa.key" \
   --kubelet-preferred-address-types=InternalIP \
+  --kubelet-client-certificate="$DIR/apiserver-kubelet-client.crt" --kubelet-client-key="$DIR/apiserver-kubelet-client.key" \
   --service-cluster-ip-range=10.96.0.0/16 >"$DIR/apiserver.log" 2>&1 &
 echo $! > "$DIR/apiserver.pid"
 
@@ -212,7 +221,7 @@ containerRuntimeEndpoint: unix://$NODE_DIR/containerd.sock
 imageServiceEndpoint: unix://$NODE_DIR/containerd.sock
 podLogsDir: $NODE_DIR/pod-logs
 resolvConf: $NODE_DIR/resolv.conf
-authentication: {anonymous: {enabled: false}, webhook: {enabled: false}}
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $DIR/kubelet-client-ca.crt}}
 authorization: {mode: AlwaysAllow}
 readOnlyPort: 0
 healthzPort: 0
