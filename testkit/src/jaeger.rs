@@ -21,15 +21,11 @@ pub struct TestJaeger {
 
 /// Whether a Jaeger binary is there; in CI its absence is a failure, never a skip.
 pub fn have_jaeger() -> bool {
-    if std::env::var_os("TOOLGATE_JAEGER_BIN").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no Jaeger: CI runs this suite through tests/run.sh, which builds one"
-    );
-    eprintln!("skipping: run tests/run.sh (or eval \"$(tests/jaeger/build.sh)\") for a collector");
-    false
+    crate::have(
+        "TOOLGATE_JAEGER_BIN",
+        "no Jaeger",
+        "run tests/run.sh (or eval \"$(tests/jaeger/build.sh)\") for a collector",
+    )
 }
 
 fn free_port() -> u16 {

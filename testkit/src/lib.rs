@@ -22,19 +22,40 @@ pub fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// Whether a real API server is there; in CI its absence is a failure, never a skip.
-pub fn have_cluster() -> bool {
-    if std::env::var_os("TOOLGATE_KUBECONFIG").is_some()
-        && std::env::var_os("TOOLGATE_KUBECTL").is_some()
-    {
+/// Whether what a suite needs is there (`var`, exported by tests/run.sh); in CI its absence is a
+/// failure, never a skip: `missing` says what is missing, `how` how to get it.
+pub fn have(var: &str, missing: &str, how: &str) -> bool {
+    if std::env::var_os(var).is_some() {
         return true;
     }
     assert!(
         std::env::var_os("CI").is_none(),
-        "no API server: CI runs this suite through tests/run.sh, which starts one"
+        "{missing}: CI runs this suite through tests/run.sh, which provides it"
     );
-    eprintln!("skipping: run tests/run.sh to start a real kube-apiserver");
+    eprintln!("skipping: {how}");
     false
+}
+
+/// Whether a real API server is there; in CI its absence is a failure, never a skip.
+pub fn have_cluster() -> bool {
+    let how = "run tests/run.sh to start a real kube-apiserver";
+    have("TOOLGATE_KUBECONFIG", "no API server", how) && have("TOOLGATE_KUBECTL", "no kubectl", how)
+}
+
+/// `kubectl apply --server-side` of `yaml`, as the suites' own field manager: objects several
+/// suites apply at once (an AlreadyExists race loses a client-side apply).
+pub fn apply_shared(yaml: &str) {
+    ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=toolgate-tests",
+            "-f",
+            "-",
+        ],
+        Some(yaml),
+    );
 }
 
 /// Run kubectl against the test control plane: (success, stdout, stderr).
@@ -141,19 +162,9 @@ pub fn install_crds() {
 /// The admission policies of `crds/admission/identity.yaml`, applied server-side by every suite
 /// with the same field manager.
 pub fn apply_admission_policies() {
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=toolgate-tests",
-            "-f",
-            &root()
-                .join("crds/admission/identity.yaml")
-                .display()
-                .to_string(),
-        ],
-        None,
+    let path = root().join("crds/admission/identity.yaml");
+    apply_shared(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     );
 }
 

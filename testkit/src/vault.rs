@@ -24,15 +24,11 @@ pub struct TestVault {
 
 /// Whether a Vault binary is there; in CI its absence is a failure, never a skip.
 pub fn have_vault() -> bool {
-    if std::env::var_os("TOOLGATE_VAULT_BIN").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no Vault: CI runs this suite through tests/run.sh, which builds one"
-    );
-    eprintln!("skipping: run tests/run.sh (or eval \"$(tests/vault/build.sh)\") for a real Vault");
-    false
+    crate::have(
+        "TOOLGATE_VAULT_BIN",
+        "no Vault",
+        "run tests/run.sh (or eval \"$(tests/vault/build.sh)\") for a real Vault",
+    )
 }
 
 fn free_port() -> u16 {

@@ -148,19 +148,7 @@ impl Drop for Operator {
 /// CRDs and the operator's ClusterRole installed, and a fresh namespace.
 pub fn prepare(prefix: &str) -> String {
     let ns = toolgate_testkit::namespace(prefix);
-    // Server-side: suites in parallel apply the same shared objects, and a client-side apply
-    // that loses the race to create them fails with AlreadyExists.
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=toolgate-tests",
-            "-f",
-            "-",
-        ],
-        Some(&operator_rbac()),
-    );
+    toolgate_testkit::apply_shared(&operator_rbac());
     ns
 }
 

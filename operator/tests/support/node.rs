@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::{node_emulator, ok, root};
+use super::{node_emulator, root};
 
 /// The RuntimeClass that puts a pod on the real node.
 pub const RUNTIME_CLASS: &str = "toolgate-test-node";
@@ -22,15 +22,11 @@ pub const NODE: &str = "toolgate-node";
 
 /// Whether the test cluster has its real node; in CI its absence is a failure, never a skip.
 pub fn have_node() -> bool {
-    if std::env::var_os("TOOLGATE_NODE_CONTAINERD").is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no test node: CI runs this suite through tests/run.sh, whose cluster has one"
-    );
-    eprintln!("skipping: run tests/run.sh (tests/cluster/up.sh starts the test node)");
-    false
+    toolgate_testkit::have(
+        "TOOLGATE_NODE_CONTAINERD",
+        "no test node",
+        "run tests/run.sh (tests/cluster/up.sh starts the test node)",
+    )
 }
 
 /// The machine's end of the node's link: what pods reach this machine at (the artifact store).
@@ -169,19 +165,9 @@ fn build_executor_image(probe: Option<PathBuf>) -> String {
 
 /// The RuntimeClass of the real node, applied once (server-side: suites run in parallel).
 pub fn install_runtime_class() {
-    ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=toolgate-tests",
-            "-f",
-            "-",
-        ],
-        Some(&format!(
-            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {RUNTIME_CLASS}}}\nhandler: runc\n\
-             scheduling:\n  nodeSelector: {{toolgate.dev/test-node: \"true\"}}\n  \
-             tolerations: [{{key: toolgate.dev/test-node, operator: Equal, value: \"true\", effect: NoSchedule}}]\n"
-        )),
-    );
+    toolgate_testkit::apply_shared(&format!(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {RUNTIME_CLASS}}}\nhandler: runc\n\
+         scheduling:\n  nodeSelector: {{toolgate.dev/test-node: \"true\"}}\n  \
+         tolerations: [{{key: toolgate.dev/test-node, operator: Equal, value: \"true\", effect: NoSchedule}}]\n"
+    ));
 }
