@@ -4,8 +4,11 @@
 #   - bubblewrap (the local sandbox), with apt, through scripts/install-deps.sh;
 #   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
 #   - helm (built with go, cached under ~/.cache/toolgate/helm) for the chart's tests;
-#   - etcd (Debian's etcd-server) and kube-apiserver/kubectl built from the k8s.io/kubernetes Go
-#     module (tests/cluster/up.sh; binaries cached under ~/.cache/toolgate/k8s/<version>).
+#   - a one-node cluster (tests/cluster/up.sh): etcd (Debian's etcd-server), kube-apiserver,
+#     kube-controller-manager, kube-scheduler, kubectl and a kubelet built from the
+#     k8s.io/kubernetes Go module (cached under ~/.cache/toolgate/k8s/<version>), Debian's
+#     containerd, runc and CNI plugins for the node, kube-router (built once, cached under
+#     ~/.cache/toolgate/kube-router) enforcing its NetworkPolicies.
 #   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
 #     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
 #   - Jaeger v1.76.0 (an OpenTelemetry Collector distribution) built from its Go module
