@@ -404,7 +404,9 @@ fn add_tools(root: &std::path::Path) {
             "h-bomb",
             tool(
                 "h.bomb",
-                "[sh, -c, \"bomb() { bomb | bomb & }; bomb; sleep 60\"]",
+                // `exec`: once the bomb fills the pids limit the shell could not fork `sleep`
+                // and would exit 2 before the deadline; exec'd, it outlives it.
+                "[sh, -c, \"bomb() { bomb | bomb & }; bomb; exec sleep 60\"]",
                 "never",
                 "read-only",
                 2000,
