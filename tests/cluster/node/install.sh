@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test node's runtime from Debian's packages: containerd 1.6, runc 1.1 (crun 1.8 refuses
-# these machines' hybrid cgroups), the reference CNI plugins, iptables and a static C compiler
+# these machines' hybrid cgroups), the reference CNI plugins, iptables, ipset and a static C compiler
 # for the pause image. Installs what is missing; needs root and apt.
 set -euo pipefail
 need=""
@@ -8,6 +8,8 @@ command -v containerd >/dev/null || need="$need containerd"
 command -v runc >/dev/null || need="$need runc"
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 command -v iptables >/dev/null || need="$need iptables"
+# kube-router, the NetworkPolicy enforcer, keeps its address sets with the ipset utility.
+command -v ipset >/dev/null || need="$need ipset"
 command -v nsenter >/dev/null || need="$need util-linux"
 command -v ip >/dev/null || need="$need iproute2"
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need="$need libc6-dev"
