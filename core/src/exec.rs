@@ -63,6 +63,24 @@ pub struct ExecSpec {
     /// artifact instead of calling a tool: a discovery, on a cluster (see [`discovery_spec`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub discover: bool,
+    /// Proof, before the tool starts, that the call's NetworkPolicy is in force: an enforcer may
+    /// filter a new pod only a second after it starts, and a tool's first connections must not
+    /// escape its policy. Absent where the sandbox's network needs no such proof (the embedded
+    /// runtime's sandboxes have no network, or one filtered before the tool starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_gate: Option<EgressGate>,
+}
+
+/// Addresses that listen and that the call's NetworkPolicy refuses: the executor connects to
+/// each until every one is refused (or times out), and fails the call with
+/// `egress-not-enforced` if one still answers after `within_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressGate {
+    /// `address:port` (IPv6 in brackets), TCP.
+    pub refused: Vec<std::net::SocketAddr>,
+    /// How long the policy may take to be in force, in milliseconds.
+    pub within_ms: u64,
 }
 
 /// What a confined process may touch on the filesystem; everything else is refused.
@@ -370,6 +388,7 @@ pub fn discovery_spec(
         deny_private_networks: policy.network.deny_private_networks,
         confinement,
         discover: true,
+        egress_gate: None,
     }
 }
 
@@ -430,5 +449,6 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         deny_private_networks: input.policy.network.deny_private_networks,
         confinement: input.confinement,
         discover: false,
+        egress_gate: None,
     }
 }

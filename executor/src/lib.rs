@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod cli;
 pub mod discover;
 pub mod effects;
+pub mod egress_gate;
 pub mod http;
 mod mcp;
 pub mod outcome;

@@ -30,6 +30,15 @@ pub async fn execute(
     credentials: &[Credential],
     credentials_dir: &Path,
 ) -> Result<CallResult, ExecError> {
+    // Nothing of the tool's runs before its NetworkPolicy is in force.
+    if let Some(gate) = &spec.egress_gate {
+        let took = crate::egress_gate::wait_until_enforced(gate).await?;
+        eprintln!(
+            "toolgate-executor: the call's NetworkPolicy is in force ({} refused after {} ms)",
+            gate.refused.len(),
+            took.as_millis()
+        );
+    }
     let redactor = Redactor::new(credentials.iter().map(|c| c.value.as_bytes()));
     let store = ArtifactStore::open(&spec.artifacts)?;
     let started = Instant::now();

@@ -65,6 +65,9 @@ pub enum ExecError {
     /// The spec asks for filesystem confinement and the kernel cannot give it.
     #[error("confinement: {0}")]
     Confinement(#[from] toolgate_sandbox::confine::ConfineError),
+    /// The call's NetworkPolicy was not in force before the tool would have started.
+    #[error(transparent)]
+    EgressNotEnforced(#[from] crate::egress_gate::NotEnforced),
 }
 
 impl ExecError {
@@ -79,6 +82,7 @@ impl ExecError {
             ExecError::Unrunnable(_) => 72,
             ExecError::Store(_) | ExecError::Sink(_) => 69,
             ExecError::Confinement(_) => 73,
+            ExecError::EgressNotEnforced(_) => 74,
         }
     }
 
@@ -94,6 +98,7 @@ impl ExecError {
             ExecError::Store(_) => "artifact-store",
             ExecError::Sink(_) => "artifact-upload",
             ExecError::Confinement(_) => "confinement",
+            ExecError::EgressNotEnforced(_) => "egress-not-enforced",
         }
     }
 }

@@ -344,6 +344,48 @@ fn bad_inputs_have_distinct_exit_codes() {
     assert_eq!(r.result["error"]["code"], "spawn-failed");
 }
 
+/// The egress gate, against real sockets: an address the call's policy should refuse still
+/// accepting connections fails the call before the tool starts (exit 74); once it refuses, the
+/// tool runs. A malformed address is a spec error naming the field.
+#[test]
+fn the_tool_starts_only_once_the_gate_addresses_refuse() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = dir.path().join("tool-ran");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let answering = listener.local_addr().expect("addr").to_string();
+    let mut spec = base_spec(
+        &dir.path().join("art"),
+        json!(["touch", marker.display().to_string()]),
+    );
+    spec["egressGate"] = json!({"refused": [answering], "withinMs": 300});
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 74, "{}", r.stderr);
+    assert_eq!(r.result["error"]["code"], "egress-not-enforced");
+    let message = r.result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&answering) && message.contains("not in force 300 ms"),
+        "{message}"
+    );
+    assert!(!marker.exists(), "the tool must not have started");
+
+    // The "enforcer" arrives: the address refuses, and the tool runs.
+    drop(listener);
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.result["status"], "success", "{:#}", r.result);
+    assert!(marker.exists());
+    assert!(
+        r.stderr.contains("NetworkPolicy is in force"),
+        "{}",
+        r.stderr
+    );
+
+    spec["egressGate"] = json!({"refused": ["api-server:6443"], "withinMs": 300});
+    let r = run_spec(dir.path(), &spec);
+    assert_eq!(r.code, 67, "{}", r.stderr);
+    assert!(r.stderr.contains("egressGate.refused"), "{}", r.stderr);
+}
+
 #[test]
 fn structured_output_is_validated() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -22,7 +22,7 @@ use toolgate_crds::{CallPhase, ToolCall};
 use toolgate_testkit::fixtures::{self, Tool};
 use toolgate_testkit::moto::Moto;
 
-const CALLS: usize = 30;
+const CALLS: usize = 20;
 
 /// `apiserver_request_total` summed by (resource, verb).
 fn requests() -> BTreeMap<(String, String), f64> {
@@ -61,45 +61,52 @@ fn main() {
         println!("node bench: skipped (needs the test cluster: eval \"$(tests/cluster/up.sh)\")");
         return;
     }
-    let ns = support::prepare("tg-bench-node");
-    support::node::install_runtime_class();
-    let policy = format!(
-        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
-         mode: read_only\n  runtimeClassName: {}\n  \
-         filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
-         environment: {{inheritedEnv: [PATH]}}\n  \
-         process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n",
-        support::node::RUNTIME_CLASS
-    );
-    let tool = Tool::test("bench.true")
-        .argv("[\"true\"]")
-        .policy("on-node")
-        .summary("Does nothing, to measure what governance costs on a node.")
-        .yaml(&ns);
-    let grant = fixtures::grant(&ns, "bench", &["bench.true"]);
-    support::ok(
-        &["apply", "-f", "-"],
-        Some(&[policy, tool, grant].join("\n---\n")),
-    );
     let host = support::node::host_ip();
     let store = Moto::start(&host);
     store.create_bucket("bench");
     let image = support::node::executor_image();
-    let _operator = support::start_operator_s3(
-        &ns,
-        (&host, store.port),
-        "bench",
-        &["--executor-image", &image],
-    );
+    // Two namespaces, one operator each: the egress gate on (the default) and off, measured one
+    // after the other in the same run, so the gate's cost is read off one run.
+    let setup = |gate_ms: &str| {
+        let ns = support::prepare("tg-bench-node");
+        support::node::install_runtime_class();
+        let policy = format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
+             mode: read_only\n  runtimeClassName: {}\n  \
+             filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
+             environment: {{inheritedEnv: [PATH]}}\n  \
+             process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n",
+            support::node::RUNTIME_CLASS
+        );
+        let tool = Tool::test("bench.true")
+            .argv("[\"true\"]")
+            .policy("on-node")
+            .summary("Does nothing, to measure what governance costs on a node.")
+            .yaml(&ns);
+        let grant = fixtures::grant(&ns, "bench", &["bench.true"]);
+        support::ok(
+            &["apply", "-f", "-"],
+            Some(&[policy, tool, grant].join("\n---\n")),
+        );
+        let operator = support::start_operator_s3(
+            &ns,
+            (&host, store.port),
+            "bench",
+            &["--executor-image", &image, "--egress-gate-ms", gate_ms],
+        );
+        (ns, operator)
+    };
+    let (gated, _gated_operator) = setup("10000");
+    let (ungated, _ungated_operator) = setup("0");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let client = rt.block_on(support::node_emulator::admin_client());
-    let calls: Api<ToolCall> = Api::namespaced(client, &ns);
-    let run = |name: String| -> Duration {
+    let run = |ns: &str, name: String| -> Duration {
+        let calls: Api<ToolCall> = Api::namespaced(client.clone(), ns);
         let call: ToolCall =
-            serde_norway::from_str(&fixtures::call(&ns, &name, "bench.true", "{}", "team-a"))
+            serde_norway::from_str(&fixtures::call(ns, &name, "bench.true", "{}", "team-a"))
                 .expect("a ToolCall");
         rt.block_on(async {
             let started = Instant::now();
@@ -119,14 +126,21 @@ fn main() {
             started.elapsed()
         })
     };
-    // The image imported, the operator leading, the first pod's cold paths taken.
+    // The image imported, the operators leading, the first pods' cold paths taken.
     for i in 0..2 {
-        run(format!("warm-{i}"));
+        run(&gated, format!("warm-{i}"));
+        run(&ungated, format!("warm-{i}"));
     }
     let before = requests();
-    let mut times: Vec<Duration> = (0..CALLS).map(|i| run(format!("call-{i}"))).collect();
+    let mut times: Vec<Duration> = (0..CALLS)
+        .map(|i| run(&gated, format!("call-{i}")))
+        .collect();
     let after = requests();
+    let mut ungated_times: Vec<Duration> = (0..CALLS)
+        .map(|i| run(&ungated, format!("call-{i}")))
+        .collect();
     times.sort();
+    ungated_times.sort();
     let mut per_call: Vec<(f64, String)> = after
         .iter()
         .map(|(k, v)| (v - before.get(k).copied().unwrap_or(0.0), k))
@@ -135,12 +149,23 @@ fn main() {
         .collect();
     per_call.sort_by(|a, b| b.0.total_cmp(&a.0));
     let total: f64 = per_call.iter().map(|(d, _)| d).sum();
+    for (what, times) in [
+        ("egress gate on (default)", &times),
+        ("egress gate off", &ungated_times),
+    ] {
+        println!(
+            "node: ToolCall created -> Succeeded, {CALLS} sequential calls of `true` in a pod each, {what}: p50 {:.0} ms, p99 {:.0} ms, min {:.0} ms, max {:.0} ms",
+            percentile(times, 0.5).as_secs_f64() * 1e3,
+            percentile(times, 0.99).as_secs_f64() * 1e3,
+            times[0].as_secs_f64() * 1e3,
+            times[times.len() - 1].as_secs_f64() * 1e3,
+        );
+    }
     println!(
-        "node: ToolCall created -> Succeeded, {CALLS} sequential calls of `true` in a pod each: p50 {:.0} ms, p99 {:.0} ms, min {:.0} ms, max {:.0} ms",
-        percentile(&times, 0.5).as_secs_f64() * 1e3,
-        percentile(&times, 0.99).as_secs_f64() * 1e3,
-        times[0].as_secs_f64() * 1e3,
-        times[times.len() - 1].as_secs_f64() * 1e3,
+        "node: the gate's cost at the median: {:.0} ms ({:.2}x)",
+        (percentile(&times, 0.5).as_secs_f64() - percentile(&ungated_times, 0.5).as_secs_f64())
+            * 1e3,
+        percentile(&times, 0.5).as_secs_f64() / percentile(&ungated_times, 0.5).as_secs_f64()
     );
     println!("node: API server requests per call, every client: {total:.1}");
     for (d, what) in per_call.iter().take(12) {

@@ -26,7 +26,9 @@ mod scope;
 mod skill;
 mod tool_policy;
 
-async fn client(context: Option<String>) -> anyhow::Result<Client> {
+/// The client, and the API server's addresses as it reaches them (the egress gate's default
+/// probes).
+async fn client(context: Option<String>) -> anyhow::Result<(Client, Vec<std::net::SocketAddr>)> {
     let config = match context {
         Some(context) => {
             let kubeconfig = Kubeconfig::read()?;
@@ -41,7 +43,23 @@ async fn client(context: Option<String>) -> anyhow::Result<Client> {
         }
         None => Config::infer().await?,
     };
-    Ok(Client::try_from(config)?)
+    let url = &config.cluster_url;
+    let host = url.host().unwrap_or_default().trim_matches(['[', ']']);
+    let port = url
+        .port_u16()
+        .unwrap_or(if url.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    let api_server = match tokio::net::lookup_host((host, port)).await {
+        Ok(addresses) => addresses.collect(),
+        Err(e) => {
+            tracing::warn!(%host, error = %e, "cannot resolve the API server's address: the egress gate has no default probe");
+            Vec::new()
+        }
+    };
+    Ok((Client::try_from(config)?, api_server))
 }
 
 /// The toolgate operator: reconciles tool descriptors, grants and calls.
@@ -65,6 +83,18 @@ struct Args {
     /// blocks the upload of calls whose egress is none.
     #[arg(long = "artifacts-egress-cidr")]
     artifacts_egress_cidrs: Vec<String>,
+    /// How long a call's NetworkPolicy may take to be in force after its pod starts, in ms.
+    /// The executor connects to the probe addresses the policy refuses and starts the tool only
+    /// once all are refused; otherwise the call fails `egress-not-enforced`. 0 turns this off:
+    /// only for a cluster that enforces no NetworkPolicy and knows it.
+    #[arg(long, default_value_t = 10_000)]
+    egress_gate_ms: u64,
+    /// A listening TCP address (`ip:port`, repeatable) a call's pod must be refused before its
+    /// tool starts, when its NetworkPolicy refuses it. Default: the API server, as this
+    /// operator's client reaches it (give its endpoint address when the client goes through a
+    /// Service's virtual IP and calls' policies allow the endpoint but not the virtual IP).
+    #[arg(long = "egress-probe")]
+    egress_probes: Vec<std::net::SocketAddr>,
     /// A directory for artifacts, shared with the node (single-node and test clusters).
     #[arg(long)]
     artifacts_dir: Option<std::path::PathBuf>,
@@ -184,6 +214,10 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
             args.artifacts_egress_cidrs.clone(),
             args.artifacts_endpoint.as_deref(),
         ),
+        egress_gate: build::EgressGateConfig {
+            probes: args.egress_probes.clone(),
+            within_ms: args.egress_gate_ms,
+        },
         keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
         tracer: match &args.otlp_endpoint {
             Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-operator")?,
@@ -235,11 +269,19 @@ fn main() -> ExitCode {
 }
 
 /// Start the caches, health and metrics, the agent API; lead; then run every controller.
-async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
+async fn run(args: Args, mut config: call::CallConfig) -> anyhow::Result<()> {
     use anyhow::Context;
-    let client = client(args.context.clone())
+    let (client, api_server) = client(args.context.clone())
         .await
         .context("cannot configure the Kubernetes client")?;
+    if config.egress_gate.probes.is_empty() {
+        config.egress_gate.probes = api_server;
+    }
+    if config.egress_gate.within_ms == 0 {
+        tracing::warn!(
+            "--egress-gate-ms 0: a call's tool may start before its NetworkPolicy is in force"
+        );
+    }
     // The operator never installs CRDs (Helm does); it says what is missing.
     let scope = scope::Scope(args.namespace.clone());
     if let Err(e) = scope
@@ -298,6 +340,7 @@ async fn run(args: Args, config: call::CallConfig) -> anyhow::Result<()> {
                 artifacts: config.artifacts.clone(),
                 artifact_secret: config.artifact_secret.clone(),
                 artifact_egress: config.artifact_egress.clone(),
+                egress_gate: config.egress_gate.clone(),
             }
         ),
         tool_policy::run(client.clone(), scope.clone()),

@@ -56,6 +56,8 @@ pub struct Pods {
     pub artifact_secret: Option<String>,
     /// CIDRs of the artifact store, opened in the discovery pod's NetworkPolicy.
     pub artifact_egress: crate::build::ArtifactEgress,
+    /// What the executor probes before the server starts, as for calls.
+    pub egress_gate: crate::build::EgressGateConfig,
 }
 
 /// What a reconcile needs.
@@ -136,7 +138,7 @@ async fn list_in_pod(
         let network_policy =
             crate::build::network_policy(&owner, &policy.spec, None, &ctx.pods.artifact_egress)
                 .map_err(|e| failed(format!("SandboxPolicy {}: {e}", policy.name_any())))?;
-        let spec = toolgate_core::exec::discovery_spec(
+        let mut spec = toolgate_core::exec::discovery_spec(
             ns,
             &name,
             &server.spec,
@@ -145,6 +147,7 @@ async fn list_in_pod(
             Some(confinement),
             Some(crate::build::WORKSPACE_DIR.into()),
         );
+        spec.egress_gate = ctx.pods.egress_gate.for_policy(&network_policy);
         let config_map =
             crate::build::config_map(&owner, &spec).map_err(|e| failed(e.to_string()))?;
         let pod = crate::build::pod(

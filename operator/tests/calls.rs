@@ -1193,6 +1193,32 @@ fn grants_to_a_group_match_the_callers_groups() {
     }
 }
 
+/// The read-only example policy as `policy` in `ns`, changed by `edit`, an echo tool `tool` on
+/// it and a grant of the tool to the suite's agent.
+fn echo_on_policy(
+    ns: &str,
+    policy: &str,
+    tool_name: &str,
+    edit: impl Fn(String) -> String,
+) -> String {
+    let policy_doc = std::fs::read_to_string(root().join("examples/sandbox-policies.yaml"))
+        .expect("policies")
+        .split("\n---\n")
+        .find(|d| d.contains("name: read-only,"))
+        .expect("read-only policy")
+        .replace(
+            "name: read-only, namespace: team-a",
+            &format!("name: {policy}, namespace: {ns}"),
+        );
+    let tool = tool(ns, tool_name, "[echo, \"{{msg}}\"]", "never", None).replace(
+        "sandboxPolicyRef: {name: read-only}",
+        &format!("sandboxPolicyRef: {{name: {policy}}}"),
+    );
+    let grant = toolgate_testkit::fixtures::grant(ns, policy, &[tool_name])
+        .replace("namespace: team-a", &format!("namespace: {ns}"));
+    format!("{}\n---\n{tool}\n---\n{grant}", edit(policy_doc))
+}
+
 /// A policy naming a workspace claim that does not exist fails the call before any pod: the pod
 /// would stay Pending and the call Running forever.
 #[test]
@@ -1201,29 +1227,14 @@ fn a_missing_workspace_claim_fails_the_call_without_a_pod() {
         return;
     };
     let ns = c.ns.as_str();
-    let policy = std::fs::read_to_string(root().join("examples/sandbox-policies.yaml"))
-        .expect("policies")
-        .split("\n---\n")
-        .find(|d| d.contains("name: read-only,"))
-        .expect("read-only policy")
-        .replace(
-            "name: read-only, namespace: team-a",
-            &format!("name: on-claim, namespace: {ns}"),
-        )
-        .replace(
-            "    cwd: workspace\n",
-            "    cwd: workspace\n    workspaceClaimName: nowhere\n",
-        );
-    let tool = tool(ns, "test.onclaim", "[echo, \"{{msg}}\"]", "never", None).replace(
-        "sandboxPolicyRef: {name: read-only}",
-        "sandboxPolicyRef: {name: on-claim}",
-    );
-    let grant = format!(
-        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {{name: onclaim, namespace: {ns}}}\nspec:\n  subjects: [{{kind: ServiceAccount, name: fixer, namespace: {ns}}}]\n  tools: {{names: [test.onclaim]}}\n  scopes: [\"workspace:read\"]\n"
-    );
     ok(
         &["apply", "-f", "-"],
-        Some(&format!("{policy}\n---\n{tool}\n---\n{grant}")),
+        Some(&echo_on_policy(ns, "on-claim", "test.onclaim", |p| {
+            p.replace(
+                "    cwd: workspace\n",
+                "    cwd: workspace\n    workspaceClaimName: nowhere\n",
+            )
+        })),
     );
     support::eventually(
         ns,
@@ -1253,6 +1264,70 @@ fn a_missing_workspace_claim_fails_the_call_without_a_pod() {
         "{message}"
     );
     assert_eq!(children(ns, "onclaim-1"), "");
+}
+
+/// A cluster that enforces no NetworkPolicy (the node emulator gives a pod whose policy allows
+/// public addresses the host's network) fails such a call closed: the executor finds the API
+/// server, which the policy refuses, still reachable, and never starts the tool. A call with no
+/// network at all passes the same gate.
+#[test]
+fn a_call_whose_network_policy_is_not_in_force_fails_before_its_tool_starts() {
+    let Some(c) = cluster_with("tg-gate", &["--egress-gate-ms", "1500"]) else {
+        return;
+    };
+    let ns = c.ns.as_str();
+    ok(
+        &["apply", "-f", "-"],
+        Some(&echo_on_policy(ns, "public-only", "test.public", |p| {
+            p.replace(
+                "network: {egress: none}",
+                "network: {egress: open, denyPrivateNetworks: true}",
+            )
+        })),
+    );
+    support::eventually(
+        ns,
+        "tooldescriptor/test.public",
+        "{.status.lifecycle}",
+        "enabled",
+    );
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\n{}",
+            call(ns, "unfiltered", "test.public", "{msg: escaped}", ns),
+            call(ns, "no-network", "test.echo", "{msg: hello}", ns)
+        )),
+    );
+    wait_for(ns, "toolcall/unfiltered", "{.status.phase}", &["Failed"]);
+    let code = jsonpath(ns, "toolcall/unfiltered", "{.status.result.error.code}");
+    assert_eq!(code, "egress-not-enforced");
+    let message = jsonpath(ns, "toolcall/unfiltered", "{.status.result.error.message}");
+    let api = support::api_server();
+    assert!(
+        message.contains(&api) && message.contains("The tool did not start"),
+        "{message}"
+    );
+    assert_eq!(
+        jsonpath(ns, "toolcall/unfiltered", "{.status.result.outputPreview}"),
+        "",
+        "the tool printed nothing: it never ran"
+    );
+    // What the pod was promised, in its SandboxPrepared condition.
+    let prepared = jsonpath(
+        ns,
+        "toolcall/unfiltered",
+        "{.status.conditions[?(@.type==\"SandboxPrepared\")].message}",
+    );
+    assert!(
+        prepared.contains(&format!("in force before the tool starts: {api} refused")),
+        "{prepared}"
+    );
+    wait_for(ns, "toolcall/no-network", "{.status.phase}", &["Succeeded"]);
+    assert_eq!(
+        jsonpath(ns, "toolcall/no-network", "{.status.result.outputPreview}"),
+        "hello\n"
+    );
 }
 
 /// A grant's budget on a cluster: 100 ToolCalls waiting against `maxCalls: 10`, decided at once

@@ -297,17 +297,6 @@ fn network_policy(ns: &str, name: &str, network: &str) -> String {
         .replace("network: {egress: none}", &format!("network: {network}"))
 }
 
-/// The API server's address, as the kubeconfig names it (the machine's end of the link).
-fn api_server() -> String {
-    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
-    let text = std::fs::read_to_string(path).expect("kubeconfig");
-    text.split("server: \"https://")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("the server's address")
-        .to_string()
-}
-
 /// NetworkPolicies on the node, enforced by kube-router, observed by a tool that tries to
 /// connect (`tcp-probe`): every address tried is one this suite made — a listener pod, the node,
 /// the API server, two listeners on this machine's end of the link.
@@ -357,11 +346,11 @@ fn network_policies_are_enforced_on_the_node() {
     ];
     let policies = ["net-none", "net-cidr", "net-open", "net-open-public"];
     for p in policies {
-        // kube-router programs a new pod's rules once it has seen the pod's address, about a
-        // second after the pod starts: the probe waits 2.5 s before it tries (see the README).
+        // kube-router programs a new pod's rules about a second after the pod starts; the probe
+        // tries at once: the executor's egress gate holds the tool until the policy is in force.
         docs.push(
             Tool::test(&format!("probe.{p}"))
-                .argv("[tcp-probe, connect, \"{{msg}}\", \"1500\", \"2500\"]")
+                .argv("[tcp-probe, connect, \"{{msg}}\", \"1500\"]")
                 .policy(p)
                 .summary("Tries one TCP connection and says what happened.")
                 .yaml(ns),
@@ -371,7 +360,7 @@ fn network_policies_are_enforced_on_the_node() {
     let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     docs.push(fixtures::grant(ns, "probes", &tools));
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
-    let api = api_server();
+    let api = support::api_server();
     let node_kubelet = format!("{}:10250", node::node_ip());
     let cases: Vec<(&str, &str, &str)> = vec![
         // Controls: with egress open, the targets answer.

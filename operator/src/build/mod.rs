@@ -10,7 +10,7 @@ mod pod;
 #[cfg(test)]
 mod tests;
 
-pub use network::{ArtifactEgress, executor_ports, network_policy};
+pub use network::{ArtifactEgress, EgressGateConfig, executor_ports, network_policy};
 pub use pod::{PodInput, executor_terminated, pod};
 
 use k8s_openapi::ByteString;

@@ -100,6 +100,87 @@ impl ArtifactEgress {
     }
 }
 
+/// How the executor proves a pod's NetworkPolicy is in force before the tool starts
+/// ([`toolgate_core::exec::EgressGate`]): addresses known to listen (the API server), each probed
+/// only by pods whose policy refuses it, within a bound.
+#[derive(Debug, Clone, Default)]
+pub struct EgressGateConfig {
+    /// Listening TCP addresses.
+    pub probes: Vec<std::net::SocketAddr>,
+    /// How long the policy may take to be in force; 0 turns the gate off.
+    pub within_ms: u64,
+}
+
+impl EgressGateConfig {
+    /// The gate of a pod with this NetworkPolicy: the probes it refuses, or `None` (gate off, or
+    /// the policy refuses none of them, so nothing can prove it is in force).
+    pub fn for_policy(&self, policy: &NetworkPolicy) -> Option<toolgate_core::exec::EgressGate> {
+        let refused: Vec<_> = self
+            .probes
+            .iter()
+            .copied()
+            .filter(|a| refuses(policy, *a))
+            .collect();
+        (self.within_ms > 0 && !refused.is_empty()).then_some(toolgate_core::exec::EgressGate {
+            refused,
+            within_ms: self.within_ms,
+        })
+    }
+}
+
+/// Whether a pod under `policy` is certainly refused a TCP connection to `address`: no egress
+/// rule admits it. A rule whose peers select pods or namespaces, and admits the port, might
+/// admit the address (the API server can be a pod), so it counts as admitting it.
+pub fn refuses(policy: &NetworkPolicy, address: std::net::SocketAddr) -> bool {
+    let Some(spec) = &policy.spec else {
+        return false;
+    };
+    if !spec
+        .policy_types
+        .as_ref()
+        .is_some_and(|t| t.iter().any(|t| t == "Egress"))
+    {
+        return false;
+    }
+    let port_admitted = |ports: &Option<Vec<NetworkPolicyPort>>| match ports {
+        None => true,
+        Some(ports) if ports.is_empty() => true,
+        Some(ports) => ports.iter().any(|p| {
+            let tcp = p.protocol.as_deref().unwrap_or("TCP") == "TCP";
+            let from = match &p.port {
+                None => return tcp,
+                Some(IntOrString::Int(n)) => *n,
+                // A named port is a container's: it could be any number.
+                Some(IntOrString::String(_)) => return tcp,
+            };
+            let to = p.end_port.unwrap_or(from);
+            tcp && (from..=to).contains(&i32::from(address.port()))
+        }),
+    };
+    let in_cidr = |cidr: &str| {
+        cidr.parse::<ipnet::IpNet>()
+            .map_or(true, |net| net.contains(&address.ip()))
+    };
+    let peer_admits = |peer: &NetworkPolicyPeer| match &peer.ip_block {
+        Some(block) => {
+            in_cidr(&block.cidr)
+                && !block.except.iter().flatten().any(|e| {
+                    e.parse::<ipnet::IpNet>()
+                        .is_ok_and(|n| n.contains(&address.ip()))
+                })
+        }
+        None => true,
+    };
+    !spec.egress.iter().flatten().any(|rule| {
+        port_admitted(&rule.ports)
+            && match &rule.to {
+                None => true,
+                Some(peers) if peers.is_empty() => true,
+                Some(peers) => peers.iter().any(peer_admits),
+            }
+    })
+}
+
 /// The NetworkPolicy of one call's pod: all ingress denied; egress none, the allowed CIDRs, or
 /// (the executor the only client, with domains) DNS plus `executor_ports` to public addresses,
 /// which the executor's client narrows to the allowed domains; private ranges excepted when the

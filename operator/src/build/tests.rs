@@ -335,6 +335,61 @@ fn the_artifact_store_stays_reachable_even_with_egress_none_on_its_port_only() {
 }
 
 #[test]
+fn the_egress_gate_probes_only_what_the_policy_refuses() {
+    use super::network::refuses;
+    use crate::build::EgressGateConfig;
+    let api: std::net::SocketAddr = "10.96.40.7:6443".parse().expect("addr");
+    let store = ArtifactEgress::new(vec!["10.96.40.7/32".into()], Some("http://10.96.40.7:9000"));
+    let np = |network: serde_json::Value| {
+        network_policy(&OWNER, &policy(network), Some(&[443, 80]), &store).expect("policy")
+    };
+    // The store shares the API server's address: only its own port is opened.
+    let none = np(serde_json::json!({"egress": "none"}));
+    assert!(refuses(&none, api));
+    assert!(!refuses(&none, "10.96.40.7:9000".parse().expect("addr")));
+    // Private ranges excepted from open egress: refused; allowed: admitted.
+    assert!(refuses(
+        &np(serde_json::json!({"egress": "open", "denyPrivateNetworks": true})),
+        api
+    ));
+    assert!(!refuses(
+        &np(serde_json::json!({"egress": "open", "denyPrivateNetworks": false})),
+        api
+    ));
+    // A CIDR allowlist: inside admitted, outside refused.
+    let inside = np(serde_json::json!({"egress": "allowlist", "allowCidrs": ["10.96.0.0/16"]}));
+    assert!(!refuses(&inside, api));
+    let outside = np(serde_json::json!({"egress": "allowlist", "allowCidrs": ["203.0.113.0/24"]}));
+    assert!(refuses(&outside, api));
+    // Domains: web ports to public ranges and DNS to kube-dns pods; 6443 on a private address
+    // is refused, 443 on a public one admitted, port 53 possibly (a selected pod).
+    let domains = np(
+        serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"], "denyPrivateNetworks": true}),
+    );
+    assert!(refuses(&domains, api));
+    assert!(!refuses(
+        &domains,
+        "198.51.100.1:443".parse().expect("addr")
+    ));
+    assert!(!refuses(&domains, "10.96.0.10:53".parse().expect("addr")));
+    // IPv6.
+    assert!(refuses(&none, "[fd00::1]:6443".parse().expect("addr")));
+
+    let gate = EgressGateConfig {
+        probes: vec![api, "10.96.40.7:9000".parse().expect("addr")],
+        within_ms: 10_000,
+    };
+    let g = gate.for_policy(&none).expect("a gate");
+    assert_eq!((g.refused, g.within_ms), (vec![api], 10_000));
+    assert_eq!(gate.for_policy(&inside), None, "nothing refused to probe");
+    let off = EgressGateConfig {
+        within_ms: 0,
+        ..gate
+    };
+    assert_eq!(off.for_policy(&none), None);
+}
+
+#[test]
 fn secret_and_config_map_are_immutable_and_owned() {
     let s = secret(&OWNER, "github-token", "canary");
     assert_eq!(s.immutable, Some(true));

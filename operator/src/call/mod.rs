@@ -63,6 +63,9 @@ pub struct CallConfig {
     /// The artifact store's addresses and port, opened in every call's NetworkPolicy for the
     /// executor.
     pub artifact_egress: crate::build::ArtifactEgress,
+    /// What the executor probes, before the tool starts, to prove the pod's NetworkPolicy is in
+    /// force.
+    pub egress_gate: crate::build::EgressGateConfig,
     /// How long a failed call's pod is kept for debugging.
     pub keep_failed_pods: Duration,
     /// Where call spans go (nowhere by default).

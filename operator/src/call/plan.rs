@@ -64,7 +64,7 @@ pub(crate) fn sandbox(
     // no other way to hide `.env` inside a mounted workspace.
     let confinement =
         toolgate_core::exec::confinement(target.policy).map_err(|e| refused(e.to_string()))?;
-    let spec = exec_spec(ExecInput {
+    let mut spec = exec_spec(ExecInput {
         call: CallIdentity {
             namespace: owner.namespace.into(),
             name: owner.name.into(),
@@ -85,6 +85,7 @@ pub(crate) fn sandbox(
             .collect(),
         confinement: Some(confinement.clone()),
     });
+    spec.egress_gate = config.egress_gate.for_policy(&network_policy);
     Ok(Sandbox {
         network_policy,
         spec,
@@ -95,9 +96,20 @@ pub(crate) fn sandbox(
 /// What SandboxPrepared says of a pod.
 pub(crate) fn described(call: &ToolCall, target: &RunTarget<'_>, spec: &ExecSpec) -> String {
     format!(
-        "pod {} with NetworkPolicy egress {:?}, memory {} MiB, deadline from timeout {} ms",
+        "pod {} with NetworkPolicy egress {:?}{}, memory {} MiB, deadline from timeout {} ms",
         build::child_name(&kube::ResourceExt::name_any(call)),
         target.policy.network.egress,
+        match &spec.egress_gate {
+            Some(g) => format!(
+                " (in force before the tool starts: {} refused)",
+                g.refused
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        },
         target.policy.process.max_memory_mb,
         spec.limits.timeout_ms
     )

@@ -161,6 +161,7 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
             artifact_secret: None,
             broker: Arc::new(toolgate_broker::NoBroker),
             artifact_egress: Default::default(),
+            egress_gate: Default::default(),
             keep_failed_pods: Duration::from_secs(0),
             tracer: Default::default(),
         },

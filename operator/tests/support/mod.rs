@@ -161,6 +161,11 @@ pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
         "--artifacts-dir".to_string(),
         artifacts.display().to_string(),
     ];
+    // The node emulator enforces no NetworkPolicy: its pods would fail the egress gate (a suite
+    // that asks for the gate, to see it fail closed, names it).
+    if !extra.contains(&"--egress-gate-ms") {
+        args.extend(["--egress-gate-ms".to_string(), "0".to_string()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     spawn_operator(namespace, &args, &[])
 }
@@ -227,6 +232,18 @@ fn spawn_operator(namespace: &str, args: &[String], env: &[(&str, &str)]) -> Ope
         .spawn()
         .expect("operator");
     Operator { child, health_port }
+}
+
+/// The API server's address (`ip:port`), as the kubeconfig names it: the machine's end of the
+/// test node's link.
+pub fn api_server() -> String {
+    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("kubeconfig");
+    let text = std::fs::read_to_string(path).expect("kubeconfig");
+    text.split("server: \"https://")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the server's address")
+        .to_string()
 }
 
 pub fn jsonpath(ns: &str, object: &str, path: &str) -> String {

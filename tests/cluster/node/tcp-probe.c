@@ -1,8 +1,7 @@
 /* A network probe for the test node's NetworkPolicy suite (built static, no libraries):
  *   tcp-probe connect ADDRESS:PORT TIMEOUT_MS [AFTER_MS]
  *       prints connected, refused, timed out or unreachable (exit 0: the outcome is the
- *       answer), AFTER_MS after it starts (the enforcer programs a new pod's rules once it has
- *       seen the pod's address: kube-router is not instant)
+ *       answer), AFTER_MS after it starts (default: at once)
  *   tcp-probe listen PORT                       answers every connection with "hello\n"
  * The suite only ever points it at addresses it made itself (pods, the node, the machine's end
  * of the node's link). */
