@@ -45,6 +45,11 @@ pub struct Conn {
         requires = "client_cert"
     )]
     pub client_key: Option<PathBuf>,
+    /// The name the server's certificate must be valid for, when `--server` names another (an
+    /// address, a port-forward): e.g. `toolgate-operator.toolgate-system.svc`, which the chart's
+    /// certificate lists.
+    #[arg(long, env = "TOOLGATE_TLS_SERVER_NAME", global = true)]
+    pub tls_server_name: Option<String>,
 }
 
 /// How a client reaches an `https://` server.
@@ -54,6 +59,8 @@ pub struct Tls {
     pub ca: Option<PathBuf>,
     /// Client certificate and key (PEM).
     pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name the certificate is checked against (default: the server's host).
+    pub server_name: Option<String>,
 }
 
 /// An error with its causes, one line.
@@ -139,6 +146,9 @@ impl Client {
                 std::fs::read(p).with_context(|| format!("{what} {}", p.display()))
             };
             let mut config = tonic::transport::ClientTlsConfig::new();
+            if let Some(name) = &tls.server_name {
+                config = config.domain_name(name.clone());
+            }
             config = match &tls.ca {
                 Some(ca) => config
                     .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca", ca)?)),
@@ -161,9 +171,9 @@ impl Client {
             endpoint = endpoint
                 .tls_config(config)
                 .with_context(|| format!("--server {server}: TLS configuration"))?;
-        } else if tls.ca.is_some() || tls.identity.is_some() {
+        } else if tls.ca.is_some() || tls.identity.is_some() || tls.server_name.is_some() {
             anyhow::bail!(
-                "--server {server}: --ca and --client-cert are for an https:// server; this one is plain http"
+                "--server {server}: --ca, --client-cert and --tls-server-name are for an https:// server; this one is plain http"
             );
         }
         let ca = match &tls.ca {
@@ -208,6 +218,7 @@ impl Client {
         let tls = Tls {
             ca: conn.ca.clone(),
             identity: conn.client_cert.clone().zip(conn.client_key.clone()),
+            server_name: conn.tls_server_name.clone(),
         };
         Client::connect(&conn.server, "", &tls).await
     }

@@ -70,14 +70,7 @@ fn main() {
     let setup = |gate_ms: &str| {
         let ns = support::prepare("tg-bench-node");
         support::node::install_runtime_class();
-        let policy = format!(
-            "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
-             mode: read_only\n  runtimeClassName: {}\n  \
-             filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
-             environment: {{inheritedEnv: [PATH]}}\n  \
-             process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n",
-            support::node::RUNTIME_CLASS
-        );
+        let policy = support::node::sandbox_policy(&ns, "on-node");
         let tool = Tool::test("bench.true")
             .argv("[\"true\"]")
             .policy("on-node")

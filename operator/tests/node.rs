@@ -20,13 +20,7 @@ const BUCKET: &str = "node-artifacts";
 
 /// The policy of the node's calls: read-only, no network, run on the real node.
 fn policy(ns: &str) -> String {
-    format!(
-        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: on-node, namespace: {ns}}}\nspec:\n  \
-         mode: read_only\n  runtimeClassName: {RUNTIME_CLASS}\n  \
-         filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
-         environment: {{inheritedEnv: [PATH]}}\n  \
-         process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n"
-    )
+    node::sandbox_policy(ns, "on-node")
 }
 
 const TOOLS: &[(&str, &str, u32)] = &[

@@ -19,6 +19,7 @@ stop() {
 # node's network namespace (containerd, its shims).
 [ -f "$DIR/node/kubelet.pid" ] && stop "$(cat "$DIR/node/kubelet.pid")"
 [ -f "$DIR/node/kube-router.pid" ] && stop "$(cat "$DIR/node/kube-router.pid")"
+[ -f "$DIR/node/kube-proxy.pid" ] && stop "$(cat "$DIR/node/kube-proxy.pid")"
 CONTAINERS="$(ls "$DIR/node/runc/k8s.io" 2>/dev/null)"
 for _ in 1 2 3; do
   for id in $CONTAINERS; do
@@ -48,6 +49,7 @@ if [ -f "$DIR/node-netns" ]; then
   NS="$(cat "$DIR/node-netns")"
   N="${NS##*-}"
   ip route del "10.252.$N.0/24" 2>/dev/null
+  ip route del "10.253.$N.0/24" 2>/dev/null
   ip link del "tgn$N-host" 2>/dev/null
   ip netns del "$NS" 2>/dev/null
   rm -f /var/lib/cni/results/"$NS"-* /var/lib/cni/cache/results/"$NS"-* 2>/dev/null

@@ -41,7 +41,7 @@ if [ ! -x "$KUBE_ROUTER" ]; then
      go install "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION") >&2
 fi
 
-COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet"
+COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy"
 MISSING=""
 for c in $COMMANDS; do [ -x "$BIN/$c" ] || MISSING="$MISSING k8s.io/kubernetes/cmd/$c"; done
 if [ -n "$MISSING" ]; then
@@ -68,9 +68,11 @@ ETCD_CLIENT="$(free_port)"; ETCD_PEER="$(free_port)"; API_PORT="$(free_port)"
 # The node's network: its own namespace, a veth pair to this machine, a /24 for its pods.
 for _ in $(seq 1 50); do
   N="$(( (RANDOM % 250) + 2 ))"
-  ip netns list | grep -qw "toolgate-node-$N" || ip route | grep -q "10.25[12].$N." || break
+  ip netns list | grep -qw "toolgate-node-$N" || ip route | grep -q "10.25[123].$N." || break
 done
 NODE_NS="toolgate-node-$N"; HOST_IP="10.251.$N.1"; NODE_IP="10.251.$N.2"; POD_CIDR="10.252.$N.0/24"
+# Services' virtual IPs, per cluster, routed through the node, where kube-proxy translates them.
+SERVICE_CIDR="10.253.$N.0/24"
 echo "$NODE_NS" > "$DIR/node-netns"
 ip netns add "$NODE_NS"
 ip link add "tgn$N-host" type veth peer name "tgn$N-node"
@@ -82,6 +84,7 @@ ip -n "$NODE_NS" addr add "$NODE_IP/24" dev eth0
 ip -n "$NODE_NS" link set eth0 up
 ip -n "$NODE_NS" link set lo up
 ip route add "$POD_CIDR" via "$NODE_IP" dev "tgn$N-host"
+ip route add "$SERVICE_CIDR" via "$NODE_IP" dev "tgn$N-host"
 # Two more addresses of this machine on the link: test hosts for the NetworkPolicy suite (one
 # inside an allowed CIDR, one outside it), so no test ever sends a packet anywhere else.
 TEST_HOSTS="10.251.$N.10 10.251.$N.20"
@@ -98,7 +101,7 @@ openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-k
 openssl x509 -req -in "$DIR/apiserver-kubelet-client.csr" -CA "$DIR/kubelet-client-ca.crt" \
   -CAkey "$DIR/kubelet-client-ca.key" -CAcreateserial -days 2 -out "$DIR/apiserver-kubelet-client.crt" 2>/dev/null
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"
+ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"; KUBE_PROXY_TOKEN="$(token)"
 cat > "$DIR/tokens.csv" <<CSV
 $ADMIN,admin,admin,"system:masters"
 $OPERATOR,system:serviceaccount:toolgate-system:toolgate-operator,operator,"system:serviceaccounts,system:serviceaccounts:toolgate-system"
@@ -107,6 +110,7 @@ $REVIEWER,alice@example.com,alice,"team-a-reviewers"
 $KUBELET,system:node:toolgate-node,kubelet,"system:nodes"
 $SCHEDULER,system:kube-scheduler,kube-scheduler,""
 $KUBE_ROUTER_TOKEN,system:kube-router,kube-router,""
+$KUBE_PROXY_TOKEN,system:kube-proxy,kube-proxy,""
 CSV
 
 etcd --data-dir "$DIR/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT" \
@@ -121,7 +125,7 @@ echo $! > "$DIR/etcd.pid"
   --service-account-key-file="$DIR/sa.pub" --service-account-signing-key-file="$DIR/sa.key" \
   --kubelet-preferred-address-types=InternalIP \
   --kubelet-client-certificate="$DIR/apiserver-kubelet-client.crt" --kubelet-client-key="$DIR/apiserver-kubelet-client.key" \
-  --service-cluster-ip-range=10.96.0.0/16 >"$DIR/apiserver.log" 2>&1 &
+  --service-cluster-ip-range="$SERVICE_CIDR" >"$DIR/apiserver.log" 2>&1 &
 echo $! > "$DIR/apiserver.pid"
 
 for _ in $(seq 1 120); do
@@ -155,9 +159,14 @@ CA="$DIR/certs/apiserver.crt"
   log "kubectl cannot reach the API server with the generated kubeconfig"; exit 1; }
 
 # Garbage collection (owner references), namespace deletion, the default ServiceAccount of each
-# namespace (pods need one) and binding claims to volumes come from the controller manager.
+# namespace (pods need one) and binding claims to volumes come from the controller manager; so
+# do what the operator installed by Helm needs: Deployments and ReplicaSets, the EndpointSlices
+# of its Service (kube-proxy routes by them) and the kube-root-ca.crt ConfigMap its
+# service-account token volume mounts. Not the node lifecycle controller (it would evict the
+# node emulator's pods).
 "$BIN/kube-controller-manager" --kubeconfig "$DIR/kubeconfig" --secure-port=0 --leader-elect=false \
-  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,persistentvolume-binder-controller >"$DIR/controller-manager.log" 2>&1 &
+  --root-ca-file="$DIR/certs/apiserver.crt" \
+  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,persistentvolume-binder-controller,deployment-controller,replicaset-controller,endpointslice-controller,root-ca-certificate-publisher-controller >"$DIR/controller-manager.log" 2>&1 &
 echo $! > "$DIR/controller-manager.pid"
 log "kube-apiserver $K8S_VERSION ready on $HOST_IP:$API_PORT ($DIR)"
 
@@ -244,6 +253,8 @@ kubeconfig_for() {
 kubeconfig_for kubelet "$KUBELET" > "$NODE_DIR/kubelet.kubeconfig"
 kubeconfig_for kube-scheduler "$SCHEDULER" > "$DIR/scheduler.kubeconfig"
 kubeconfig_for kube-router "$KUBE_ROUTER_TOKEN" > "$NODE_DIR/kube-router.kubeconfig"
+# kube-proxy is system:kube-proxy, which the bootstrap ClusterRoleBinding system:node-proxier binds.
+kubeconfig_for kube-proxy "$KUBE_PROXY_TOKEN" > "$NODE_DIR/kube-proxy.kubeconfig"
 # What kube-router's firewall reads (its own ClusterRole, as its manifests give it).
 "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" apply -f - >/dev/null <<YAML
 apiVersion: rbac.authorization.k8s.io/v1
@@ -312,6 +323,33 @@ if [ -z "${ROUTER_READY:-}" ]; then
   log "kube-router did not program the node; its log:"; tail -20 "$NODE_DIR/kube-router.log" >&2
   exit 1
 fi
+# Services: kube-proxy (iptables mode) in the node's network namespace, so pods reach the API
+# server as `kubernetes.default` (the in-cluster operator does) and this machine reaches a
+# Service's virtual IP through the route above. No conntrack tuning: the namespace's sysctls
+# are the machine's.
+cat > "$NODE_DIR/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: "$NODE_DIR/kube-proxy.kubeconfig"}
+hostnameOverride: toolgate-node
+mode: iptables
+clusterCIDR: "$POD_CIDR"
+nodePortAddresses: ["$NODE_IP/32"]
+healthzBindAddress: ""
+metricsBindAddress: ""
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+nsenter --net="/run/netns/$NODE_NS" "$BIN/kube-proxy" --config "$NODE_DIR/kube-proxy.yaml" \
+  >"$NODE_DIR/kube-proxy.log" 2>&1 &
+echo $! > "$NODE_DIR/kube-proxy.pid"
+for _ in $(seq 1 100); do
+  nsenter --net="/run/netns/$NODE_NS" iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q "default/kubernetes" && PROXY_READY=1 && break
+  sleep 0.2
+done
+if [ -z "${PROXY_READY:-}" ]; then
+  log "kube-proxy did not program the node; its log:"; tail -20 "$NODE_DIR/kube-proxy.log" >&2
+  exit 1
+fi
 log "node toolgate-node Ready at $NODE_IP (pods $POD_CIDR, containerd $NODE_DIR/containerd.sock)"
 echo "export TOOLGATE_CLUSTER_DIR='$DIR'"
 echo "export TOOLGATE_KUBECONFIG='$DIR/kubeconfig'"
@@ -320,3 +358,4 @@ echo "export TOOLGATE_NODE_CONTAINERD='$NODE_DIR/containerd.sock'"
 echo "export TOOLGATE_NODE_HOST_IP='$HOST_IP'"
 echo "export TOOLGATE_NODE_POD_CIDR='$POD_CIDR'"
 echo "export TOOLGATE_NODE_TEST_HOSTS='$TEST_HOSTS'"
+echo "export TOOLGATE_NODE_SERVICE_CIDR='$SERVICE_CIDR'"

@@ -76,6 +76,20 @@ pub fn executor_image() -> String {
     IMAGE.get_or_init(|| build_executor_image(None)).clone()
 }
 
+/// The operator image of this build (`operator/Containerfile`), as the chart installs it.
+pub fn operator_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            build_image(
+                "operator",
+                &PathBuf::from(env!("CARGO_BIN_EXE_toolgate-operator")),
+                None,
+            )
+        })
+        .clone()
+}
+
 /// The executor image with `tcp-probe` (tests/cluster/node/tcp-probe.c, built static here) at
 /// /usr/local/bin: the NetworkPolicy suite's tool that tries a connection, and its listener.
 pub fn probe_image() -> String {
@@ -106,11 +120,17 @@ pub fn probe_image() -> String {
 }
 
 fn build_executor_image(probe: Option<PathBuf>) -> String {
-    let binary = node_emulator::executor_binary();
+    build_image("executor", &node_emulator::executor_binary(), probe)
+}
+
+/// The image of `component` (`<component>/Containerfile`, its binary from `binary`'s folder,
+/// optionally `tcp-probe` added), tagged by the digest of its inputs and imported once.
+fn build_image(component: &str, binary: &std::path::Path, probe: Option<PathBuf>) -> String {
+    let containerfile = root().join(component).join("Containerfile");
     let mut digest = Sha256::new();
     let mut inputs = vec![
-        binary.clone(),
-        root().join("executor/Containerfile"),
+        binary.to_path_buf(),
+        containerfile.clone(),
         root().join("tests/cluster/node/image.py"),
     ];
     inputs.extend(probe.clone());
@@ -118,12 +138,13 @@ fn build_executor_image(probe: Option<PathBuf>) -> String {
         digest.update(std::fs::read(input).expect("read an input of the image"));
     }
     let tag = format!(
-        "toolgate.test/executor{}:{}",
+        "toolgate.test/{component}{}:{}",
         if probe.is_some() { "-probe" } else { "" },
         &hex::encode(digest.finalize())[..16]
     );
     let dir = binary.parent().expect("target dir").to_path_buf();
-    let lock = std::fs::File::create(dir.join("toolgate-executor-image.lock")).expect("lock");
+    let lock =
+        std::fs::File::create(dir.join(format!("toolgate-{component}-image.lock"))).expect("lock");
     lock.lock().expect("lock the image build");
     let listed = ctr(&["images", "ls", "-q"]);
     if String::from_utf8_lossy(&listed.stdout)
@@ -132,12 +153,12 @@ fn build_executor_image(probe: Option<PathBuf>) -> String {
     {
         return tag;
     }
-    let tar = dir.join("toolgate-executor-image.tar");
+    let tar = dir.join(format!("toolgate-{component}-image.tar"));
     let mut build = Command::new("python3");
     build
         .arg(root().join("tests/cluster/node/image.py"))
         .args(["--tag", &tag, "--containerfile"])
-        .arg(root().join("executor/Containerfile"))
+        .arg(&containerfile)
         .arg("--target")
         .arg(&dir)
         .arg("--out")
@@ -161,6 +182,18 @@ fn build_executor_image(probe: Option<PathBuf>) -> String {
     );
     let _ = std::fs::remove_file(&tar);
     tag
+}
+
+/// SandboxPolicy `name` in `ns`: read-only, no network, calls run on the real node (through
+/// its RuntimeClass).
+pub fn sandbox_policy(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  \
+         mode: read_only\n  runtimeClassName: {RUNTIME_CLASS}\n  \
+         filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}\n  network: {{egress: none}}\n  \
+         environment: {{inheritedEnv: [PATH]}}\n  \
+         process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n"
+    )
 }
 
 /// The RuntimeClass of the real node, applied once (server-side: suites run in parallel).
