@@ -383,6 +383,7 @@ pub fn result_of(
             latency_ms: elapsed_ms,
             output_bytes: 0,
             tokens_added_to_context: report.tokens_used,
+            egress_gate_ms: None,
         }),
     })
 }

@@ -71,6 +71,17 @@ pub struct ExecSpec {
     pub egress_gate: Option<EgressGate>,
 }
 
+impl ExecSpec {
+    /// The longest the executor may take before its tool's output is in: the egress gate's
+    /// bound, then the tool's timeout. What the pod's deadline and the executor's own lifetime
+    /// count from.
+    pub fn time_bound_ms(&self) -> u64 {
+        self.limits
+            .timeout_ms
+            .saturating_add(self.egress_gate.as_ref().map_or(0, |g| g.within_ms))
+    }
+}
+
 /// Addresses that listen and that the call's NetworkPolicy refuses: the executor connects to
 /// each until every one is refused (or times out), and fails the call with
 /// `egress-not-enforced` if one still answers after `within_ms`.

@@ -590,4 +590,8 @@ pub struct Usage {
     /// Tokens the preview adds to the model's context (estimate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_added_to_context: Option<u64>,
+    /// How long the tool waited for its pod's NetworkPolicy to be in force before it started
+    /// (the executor's egress gate), in milliseconds; absent when no gate applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_gate_ms: Option<u64>,
 }

@@ -81,7 +81,7 @@ fn lifetime(spec: &ExecSpec) -> Duration {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(AFTER_THE_TOOL, Duration::from_millis);
-    Duration::from_millis(spec.limits.timeout_ms) + grace
+    Duration::from_millis(spec.time_bound_ms()) + grace
 }
 
 pub fn main(args: &Args) -> ExitCode {

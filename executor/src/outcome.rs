@@ -100,6 +100,7 @@ pub(crate) fn failure(
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             output_bytes: 0,
             tokens_added_to_context: None,
+            egress_gate_ms: None,
         }),
     }
 }
@@ -321,6 +322,7 @@ pub(crate) fn assemble(
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             output_bytes,
             tokens_added_to_context: output_preview.map(|p| (p.len() as u64).div_ceil(4)),
+            egress_gate_ms: None,
         }),
     }
 }

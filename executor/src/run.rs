@@ -31,14 +31,18 @@ pub async fn execute(
     credentials_dir: &Path,
 ) -> Result<CallResult, ExecError> {
     // Nothing of the tool's runs before its NetworkPolicy is in force.
-    if let Some(gate) = &spec.egress_gate {
-        let took = crate::egress_gate::wait_until_enforced(gate).await?;
-        eprintln!(
-            "toolgate-executor: the call's NetworkPolicy is in force ({} refused after {} ms)",
-            gate.refused.len(),
-            took.as_millis()
-        );
-    }
+    let gate_wait = match &spec.egress_gate {
+        Some(gate) => {
+            let took = crate::egress_gate::wait_until_enforced(gate).await?;
+            eprintln!(
+                "toolgate-executor: the call's NetworkPolicy is in force ({} refused after {} ms)",
+                gate.refused.len(),
+                took.as_millis()
+            );
+            Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
+        }
+        None => None,
+    };
     let redactor = Redactor::new(credentials.iter().map(|c| c.value.as_bytes()));
     let store = ArtifactStore::open(&spec.artifacts)?;
     let started = Instant::now();
@@ -94,6 +98,7 @@ pub async fn execute(
     }
     if let Some(u) = result.usage.as_mut() {
         u.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        u.egress_gate_ms = gate_wait;
     }
     // Belt and braces: nothing model-visible leaves without a last redaction pass.
     result.output_preview = result.output_preview.map(|p| redactor.redact_str(&p));

@@ -87,7 +87,7 @@ struct Args {
     /// The executor connects to the probe addresses the policy refuses and starts the tool only
     /// once all are refused; otherwise the call fails `egress-not-enforced`. 0 turns this off:
     /// only for a cluster that enforces no NetworkPolicy and knows it.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 30_000)]
     egress_gate_ms: u64,
     /// A listening TCP address (`ip:port`, repeatable) a call's pod must be refused before its
     /// tool starts, when its NetworkPolicy refuses it. Default: the API server, as this

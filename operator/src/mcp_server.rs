@@ -159,7 +159,7 @@ async fn list_in_pod(
                     .as_deref()
                     .unwrap_or(&ctx.pods.executor_image),
                 policy: &policy.spec,
-                timeout_ms: spec.limits.timeout_ms,
+                timeout_ms: spec.time_bound_ms(),
                 with_credential: false,
                 artifact_secret: ctx.pods.artifact_secret.as_deref(),
                 workspace_writable: false,

@@ -24,7 +24,8 @@ pub struct PodInput<'a> {
     pub image: &'a str,
     /// The sandbox policy.
     pub policy: &'a SandboxPolicySpec,
-    /// The tool's timeout, in milliseconds.
+    /// How long the executor may take, in milliseconds: the egress gate's bound and the tool's
+    /// timeout ([`toolgate_core::exec::ExecSpec::time_bound_ms`]); the deadline adds a grace.
     pub timeout_ms: u64,
     /// Whether a credential Secret is mounted.
     pub with_credential: bool,

@@ -144,7 +144,7 @@ pub(crate) fn children(
         &PodInput {
             image: &image,
             policy: target.policy,
-            timeout_ms: sandbox.spec.limits.timeout_ms,
+            timeout_ms: sandbox.spec.time_bound_ms(),
             with_credential: credential.is_some(),
             artifact_secret: config.artifact_secret.as_deref(),
             workspace_writable: sandbox
