@@ -620,67 +620,25 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
         })
         .collect();
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
-    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64;
-    let mut random = move |range: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % range
-    };
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut kills = 0;
-    loop {
-        std::thread::sleep(Duration::from_millis(100 + random(700)));
-        let phases = ok(
-            &[
-                "get",
-                "toolcalls",
-                "-n",
-                &ns,
-                "-o",
-                "jsonpath={.items[*].status.phase}",
-            ],
-            None,
-        );
-        let done = phases
-            .split_whitespace()
-            .filter(|p| *p == "Succeeded" || *p == "Failed")
-            .count();
-        if done == names.len() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{done} of 50 calls finished: {phases}"
-        );
-        if kills < 8 {
+    let secrets = c._secrets.path().join("secrets.yaml").display().to_string();
+    let kills = support::finish_while_killing(
+        &ns,
+        names.len(),
+        Duration::from_secs(240),
+        (100, 700),
+        8,
+        || {
             drop(std::mem::replace(
                 &mut c._operator,
                 start_operator(
                     &ns,
-                    &[
-                        "--secrets",
-                        &c._secrets.path().join("secrets.yaml").display().to_string(),
-                        "--keep-failed-pods-seconds",
-                        "0",
-                    ],
+                    &["--secrets", &secrets, "--keep-failed-pods-seconds", "0"],
                 ),
-            ));
-            kills += 1;
-        }
-    }
-    assert!(kills >= 3, "the operator was killed only {kills} times");
-    let phases = ok(
-        &[
-            "get",
-            "toolcalls",
-            "-n",
-            &ns,
-            "-o",
-            "jsonpath={.items[*].status.phase}",
-        ],
-        None,
+            ))
+        },
     );
+    assert!(kills >= 3, "the operator was killed only {kills} times");
+    let phases = support::call_phases(&ns);
     assert_eq!(
         phases
             .split_whitespace()
@@ -694,27 +652,7 @@ fn fifty_calls_survive_an_operator_killed_at_random() {
         let pods = ran.keys().filter(|(p, _)| *p == format!("tg-{n}")).count();
         assert_eq!(pods, 1, "{n} ran in {pods} pods");
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = ok(
-            &[
-                "get",
-                "secrets,pods",
-                "-n",
-                &ns,
-                "-l",
-                "toolgate.dev/call",
-                "-o",
-                "name",
-            ],
-            None,
-        );
-        if left.trim().is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left behind: {left}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    support::wait_children_gone(&ns, Duration::from_secs(60));
 }
 
 /// The agent API served by the operator: the same gRPC API as `toolgate local`, backed by the

@@ -543,49 +543,16 @@ fn fifty_calls_survive_an_operator_killed_at_random_with_real_pods() {
         })
         .collect();
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
-    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64;
-    let mut random = move |range: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % range
-    };
-    let phases = |ns: &str| {
-        ok(
-            &[
-                "get",
-                "toolcalls",
-                "-n",
-                ns,
-                "-o",
-                "jsonpath={.items[*].status.phase}",
-            ],
-            None,
-        )
-    };
-    let deadline = Instant::now() + Duration::from_secs(420);
-    let mut kills = 0;
-    loop {
-        std::thread::sleep(Duration::from_millis(500 + random(2000)));
-        let now = phases(&ns);
-        let done = now
-            .split_whitespace()
-            .filter(|p| *p == "Succeeded" || *p == "Failed")
-            .count();
-        if done == names.len() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{done} of 50 calls finished: {now}"
-        );
-        if kills < 8 {
-            n.restart_operator();
-            kills += 1;
-        }
-    }
+    let kills = support::finish_while_killing(
+        &ns,
+        names.len(),
+        Duration::from_secs(420),
+        (500, 2000),
+        8,
+        || n.restart_operator(),
+    );
     assert!(kills >= 3, "the operator was killed only {kills} times");
-    let now = phases(&ns);
+    let now = support::call_phases(&ns);
     assert_eq!(
         now.split_whitespace().filter(|p| *p == "Succeeded").count(),
         50,
@@ -654,25 +621,5 @@ fn fifty_calls_survive_an_operator_killed_at_random_with_real_pods() {
             .collect();
         assert_eq!(uids.len(), 1, "{name} ran in {} pods: {uids:?}", uids.len());
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let left = ok(
-            &[
-                "get",
-                "secrets,pods",
-                "-n",
-                &ns,
-                "-l",
-                "toolgate.dev/call",
-                "-o",
-                "name",
-            ],
-            None,
-        );
-        if left.trim().is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left behind: {left}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    support::wait_children_gone(&ns, Duration::from_secs(90));
 }

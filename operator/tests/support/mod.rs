@@ -234,6 +234,86 @@ fn spawn_operator(namespace: &str, args: &[String], env: &[(&str, &str)]) -> Ope
     Operator { child, health_port }
 }
 
+/// The phases of every ToolCall in `ns`, space-separated.
+pub fn call_phases(ns: &str) -> String {
+    ok(
+        &[
+            "get",
+            "toolcalls",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.items[*].status.phase}",
+        ],
+        None,
+    )
+}
+
+/// Until all `calls` ToolCalls of `ns` have ended (within `within`), pause a random time of
+/// `pause_ms` (from, spread) and call `kill` — up to `max_kills` times. Returns how many kills.
+pub fn finish_while_killing(
+    ns: &str,
+    calls: usize,
+    within: Duration,
+    pause_ms: (u64, u64),
+    max_kills: u32,
+    mut kill: impl FnMut(),
+) -> u32 {
+    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
+    let mut random = move |range: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % range
+    };
+    let deadline = Instant::now() + within;
+    let mut kills = 0;
+    loop {
+        std::thread::sleep(Duration::from_millis(pause_ms.0 + random(pause_ms.1)));
+        let phases = call_phases(ns);
+        let done = phases
+            .split_whitespace()
+            .filter(|p| *p == "Succeeded" || *p == "Failed")
+            .count();
+        if done == calls {
+            return kills;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {calls} calls finished: {phases}"
+        );
+        if kills < max_kills {
+            kill();
+            kills += 1;
+        }
+    }
+}
+
+/// Wait until no pod or Secret of any call is left in `ns`.
+pub fn wait_children_gone(ns: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = ok(
+            &[
+                "get",
+                "secrets,pods",
+                "-n",
+                ns,
+                "-l",
+                "toolgate.dev/call",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        if left.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// The API server's address (`ip:port`), as the kubeconfig names it: the machine's end of the
 /// test node's link.
 pub fn api_server() -> String {
