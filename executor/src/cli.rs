@@ -84,6 +84,17 @@ fn lifetime(spec: &ExecSpec) -> Duration {
     Duration::from_millis(spec.time_bound_ms()) + grace
 }
 
+/// The kernel ends the executor (SIGALRM, whose default action terminates) a little after its
+/// lifetime, whatever it is doing: the runtime's own timer cannot fire while its one thread is
+/// stuck in a blocking loop (object_store's local store runs its I/O inline on a current-thread
+/// runtime, and retries forever when the folder under it is deleted: such executors were found
+/// spinning for an hour after their runtime and test were gone). No thread: a sandbox's process
+/// limit counts threads.
+fn hard_stop_after(limit: Duration) {
+    let seconds = limit.as_secs().saturating_add(5);
+    let _ = nix::unistd::alarm::set(u32::try_from(seconds).unwrap_or(u32::MAX));
+}
+
 pub fn main(args: &Args) -> ExitCode {
     // Not dumpable: the tool runs as the same user, and could otherwise read this process's
     // environment (the artifact store's keys in a pod) and memory through /proc.
@@ -111,6 +122,7 @@ pub fn main(args: &Args) -> ExitCode {
     let outcome: Result<CallResult, ExecError> = runtime.block_on(async {
         let spec = spec?;
         let limit = lifetime(&spec);
+        hard_stop_after(limit);
         let work = async {
             let credentials = load_credentials(&spec, &credentials_dir)?;
             execute(&spec, &credentials, &credentials_dir).await

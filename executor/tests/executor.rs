@@ -948,3 +948,44 @@ fn an_executor_stuck_after_its_tool_ends_itself() {
     );
     drop(held);
 }
+
+/// The kernel's backstop: an executor blocked where its runtime's timer cannot fire (here, on
+/// writing its result to a FIFO nobody reads, after the runtime is gone; in the wild, a store
+/// retrying inline forever) is ended by SIGALRM a little after its lifetime, not left running.
+#[test]
+fn an_executor_blocked_outside_its_runtime_is_ended_by_the_kernel() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let fifo = dir.path().join("result.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let mut spec = base_spec(&dir.path().join("art"), json!(["true"]));
+    spec["limits"]["timeoutMs"] = json!(500);
+    let path = dir.path().join("spec.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(&path)
+        .arg("--result")
+        .arg(&fifo)
+        .env("TOOLGATE_EXECUTOR_GRACE_MS", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the executor was still blocked after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        status.signal(),
+        Some(nix::sys::signal::Signal::SIGALRM as i32),
+        "{status:?}"
+    );
+}
