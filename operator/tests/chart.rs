@@ -63,6 +63,10 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
             "grpc.enabled=false",
             "--set",
             "admissionPolicies.enabled=false",
+            "--set",
+            "egressGate.timeoutMs=45000",
+            "--set",
+            "egressGate.probes={10.96.0.7:6443}",
         ],
     ] {
         let mut args = vec!["--namespace", ns, "--include-crds"];
@@ -120,6 +124,15 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
                 "{args:?}"
             );
             assert!(args.contains(&"--namespace=team-a"), "{args:?}");
+            assert!(args.contains(&"--egress-gate-ms=45000"), "{args:?}");
+            assert!(args.contains(&"--egress-probe=10.96.0.7:6443"), "{args:?}");
+        } else {
+            // The gate is on by default, probing the API server the operator reaches.
+            assert!(args.contains(&"--egress-gate-ms=30000"), "{args:?}");
+            assert!(
+                !args.iter().any(|a| a.starts_with("--egress-probe")),
+                "{args:?}"
+            );
         }
     }
 
