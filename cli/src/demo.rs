@@ -309,15 +309,16 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     );
     let auth: Arc<dyn Authenticator> = Arc::new(tokens);
 
-    let started = crate::local_cmd::start(
-        &manifests,
-        &data,
-        &workspace,
-        "127.0.0.1:0",
-        false,
+    let started = crate::local_cmd::start(crate::local_cmd::Setup {
+        manifests: &manifests,
+        data: &data,
+        workspace: &workspace,
+        listen: "127.0.0.1:0",
+        tls: false,
         broker,
-        Default::default(),
-    )
+        tracer: Default::default(),
+        warm_sandboxes: 2,
+    })
     .await?;
     let addr = started.addr;
     let auth = started.runtime.authenticator(auth);

@@ -53,6 +53,11 @@ pub struct LocalArgs {
     /// (`http://127.0.0.1:4317`); a call proposed with a `traceparent` joins the agent's trace.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Sandboxes kept started ahead of demand for each sandbox plan a call has used: the
+    /// executor already waiting inside, each given to exactly one call and destroyed after it.
+    /// 0 starts every sandbox when its call needs it.
+    #[arg(long, default_value_t = 2)]
+    pub warm_sandboxes: usize,
     #[command(flatten)]
     pub vault: VaultArgs,
 }
@@ -159,16 +164,38 @@ pub fn default_data_folder(workspace: &Path) -> anyhow::Result<PathBuf> {
     Ok(state.join("toolgate").join(format!("{name}-{hash}")))
 }
 
+/// How the embedded runtime is started.
+pub struct Setup<'a> {
+    /// The manifests folder.
+    pub manifests: &'a Path,
+    /// The data folder.
+    pub data: &'a Path,
+    /// The workspace.
+    pub workspace: &'a Path,
+    /// The address to listen on.
+    pub listen: &'a str,
+    /// Whether the API is served with TLS.
+    pub tls: bool,
+    /// Where credentials come from.
+    pub broker: Arc<dyn CredentialBroker>,
+    /// Where call spans go.
+    pub tracer: toolgate_api::trace::CallTracer,
+    /// Sandboxes started ahead of demand per plan.
+    pub warm_sandboxes: usize,
+}
+
 /// Start the runtime and bind the listener.
-pub async fn start(
-    manifests: &Path,
-    data: &Path,
-    workspace: &Path,
-    listen: &str,
-    tls: bool,
-    broker: Arc<dyn CredentialBroker>,
-    tracer: toolgate_api::trace::CallTracer,
-) -> anyhow::Result<Started> {
+pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
+    let Setup {
+        manifests,
+        data,
+        workspace,
+        listen,
+        tls,
+        broker,
+        tracer,
+        warm_sandboxes,
+    } = setup;
     let workspace = std::fs::canonicalize(workspace)
         .with_context(|| format!("--workspace {}", workspace.display()))?;
     std::fs::create_dir_all(data).with_context(|| format!("--data {}", data.display()))?;
@@ -211,6 +238,7 @@ pub async fn start(
         broker,
         reload_interval: Duration::from_secs(1),
         tracer,
+        warm_sandboxes,
     })
     .await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -271,15 +299,16 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-local")?,
             None => Default::default(),
         };
-        let started = start(
-            &args.manifests,
-            &data,
-            &args.workspace,
-            &args.listen,
-            tls.is_some(),
+        let started = start(Setup {
+            manifests: &args.manifests,
+            data: &data,
+            workspace: &args.workspace,
+            listen: &args.listen,
+            tls: tls.is_some(),
             broker,
-            tracer.clone(),
-        )
+            tracer: tracer.clone(),
+            warm_sandboxes: args.warm_sandboxes,
+        })
         .await?;
         let metrics = match args.metrics_addr {
             Some(addr) => Some(

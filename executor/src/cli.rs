@@ -22,6 +22,17 @@ pub struct Args {
     /// Where to write the result (in a pod: /dev/termination-log). Always printed to stdout too.
     #[arg(long)]
     pub result: Option<PathBuf>,
+    /// Start, then wait for a line on stdin before reading the spec: the embedded runtime starts
+    /// sandboxes ahead of demand and writes the spec and credentials only once a call is given
+    /// to one. End of input without a line ends the executor, having run nothing.
+    #[arg(long)]
+    pub wait_for_go: bool,
+}
+
+/// Block until the runtime says go (a line on stdin); false when it closed stdin instead.
+fn wait_for_go() -> bool {
+    let mut line = String::new();
+    matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0)
 }
 
 fn write_result(args: &Args, result: &CallResult) {
@@ -101,6 +112,9 @@ pub fn main(args: &Args) -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("toolgate-executor: cannot make the process non-dumpable: {e}");
         return ExitCode::from(70);
+    }
+    if args.wait_for_go && !wait_for_go() {
+        return ExitCode::SUCCESS;
     }
     let credentials_dir = args
         .credentials

@@ -6,7 +6,6 @@
 //! `discovered` again until its new digest is enabled, and calls waiting for approval are looked
 //! at again (a tool changed under them ends them, `ToolChanged`).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use toolgate_core::manifest::Spec;
@@ -96,21 +95,6 @@ async fn list_tools_http(
     }
 }
 
-/// A discovery's folder under the data folder, removed when the discovery is done.
-struct RunFolder(std::path::PathBuf);
-
-impl RunFolder {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for RunFolder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// List a server's tools: a stdio server sandboxed by `policy`, an HTTP one under its egress.
 pub(crate) async fn list_tools(
     config: &Config,
@@ -141,24 +125,15 @@ pub(crate) async fn list_tools(
     }
     // The executor lists the tools in its `discover` mode, inside the sandbox, as it would call
     // one: the policy's environment, seccomp and Landlock apply to the server from its start.
-    let mut plan = plan;
-    let Some(executor) = config.executor.first() else {
-        return Err("no executor configured".into());
+    let mut slot = crate::slot::Slot::start(
+        config,
+        &plan,
+        crate::slot::ArtifactsAt::Own,
+        &format!("discovery-{label}"),
+    )?;
+    let artifacts = toolgate_core::exec::ArtifactTarget::Local {
+        dir: slot.artifacts().display().to_string(),
     };
-    let run_dir = config.data.join("runs").join(format!(
-        "discovery-{label}-{}",
-        jiff::Timestamp::now().as_nanosecond()
-    ));
-    std::fs::create_dir_all(&run_dir).map_err(|e| format!("its run folder: {e}"))?;
-    let run = RunFolder(run_dir);
-    let (creds, out, artifacts) = (
-        run.path().join("credentials"),
-        run.path().join("out"),
-        run.path().join("artifacts"),
-    );
-    for d in [&creds, &out, &artifacts] {
-        std::fs::create_dir_all(d).map_err(|e| format!("its run folder: {e}"))?;
-    }
     let confinement = toolgate_sandbox::plan::confinement(policy)
         .map_err(|e| format!("its SandboxPolicy cannot be honoured here: {e}"))?;
     let exec_spec = toolgate_core::exec::discovery_spec(
@@ -166,32 +141,15 @@ pub(crate) async fn list_tools(
         label,
         spec,
         policy,
-        toolgate_core::exec::ArtifactTarget::Local {
-            dir: artifacts.display().to_string(),
-        },
+        artifacts.clone(),
         Some(confinement),
         Some(plan.cwd.display().to_string()),
     );
-    let spec_path = run.path().join("spec.json");
     let json = serde_json::to_vec(&exec_spec).map_err(|e| format!("its spec: {e}"))?;
-    std::fs::write(&spec_path, json).map_err(|e| format!("its spec: {e}"))?;
-    plan.expose_read_only(std::path::PathBuf::from(executor));
-    plan.expose_read_only(&spec_path);
-    plan.expose_read_only(&creds);
-    plan.expose_writable(&out);
-    plan.expose_writable(&artifacts);
-    let result_path = out.join("result.json");
-    let files = crate::run::ExecutorFiles {
-        spec: &spec_path,
-        credentials: &creds,
-        result: &result_path,
-    };
+    std::fs::write(slot.spec_path(), json).map_err(|e| format!("its spec: {e}"))?;
     // The executor holds the discovery deadline itself (the plan's timeout is the backstop).
-    let (result, _) = crate::run::run_executor(config, &plan, &files, label, |_| {}).await?;
-    let store =
-        toolgate_artifacts::ArtifactStore::open(&toolgate_core::exec::ArtifactTarget::Local {
-            dir: artifacts.display().to_string(),
-        })
+    let (result, _) = slot.run().await?;
+    let store = toolgate_artifacts::ArtifactStore::open(&artifacts)
         .map_err(|e| format!("its artifacts: {e}"))?;
     toolgate_executor::discover::read_listed(&result, &store).await
 }

@@ -17,6 +17,7 @@ mod place;
 mod propose;
 pub mod run;
 pub mod runtime;
+mod slot;
 mod start;
 pub mod store;
 

@@ -2,7 +2,7 @@
 //! executor's spec and the brokered credential. Placement only: what runs, with which policy and
 //! credential, was decided by the core.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use toolgate_core::exec::{ArtifactTarget, CallIdentity, ExecInput, FsRules, exec_spec};
@@ -11,14 +11,12 @@ use toolgate_crds::conditions::{SANDBOX_PREPARED, reason};
 use toolgate_sandbox::plan::{Context, Network};
 
 use crate::runtime::Config;
+use crate::slot::{ArtifactsAt, Slot, store_of};
 use crate::store::CallRecord;
 
-/// A placed call: its sandbox and the files the executor reads and writes.
+/// A placed call: its sandbox, started and waiting, with the call's spec and credential in it.
 pub(crate) struct Placed {
-    pub(crate) spec_path: PathBuf,
-    pub(crate) creds_dir: PathBuf,
-    pub(crate) result_path: PathBuf,
-    pub(crate) plan: toolgate_sandbox::SandboxPlan,
+    pub(crate) slot: crate::slot::Slot,
     pub(crate) secret: Option<crate::broker::Secret>,
     /// What SandboxPrepared says.
     pub(crate) described: String,
@@ -53,19 +51,20 @@ pub(crate) fn sandbox_plan(
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
 
-/// Make the call's folders, write the executor's spec and deliver the credential the broker
-/// issued (`issued`, asked before the transaction: the broker is asynchronous) into the call's
-/// own folder. On failure, the steps that end the call.
+/// Give the call a sandbox (`slot`, started for the plan expected before the transaction, or a
+/// new one when the plan is not that one any more), write the executor's spec into it and
+/// deliver the credential the broker issued (`issued`, asked before the transaction: the broker
+/// is asynchronous). On failure, the steps that end the call.
 pub(crate) fn place(
     rec: &CallRecord,
     target: &RunTarget<'_>,
     config: &Config,
     hidden: &[PathBuf],
-    run_dir: &Path,
+    slot: Option<Slot>,
     issued: Option<Issue>,
 ) -> Result<Placed, Vec<Step>> {
     let policy_name = target.policy_name;
-    let (mut plan, confinement) = sandbox_plan(config, hidden, target).map_err(|e| {
+    let (plan, confinement) = sandbox_plan(config, hidden, target).map_err(|e| {
         cannot_run(
             SANDBOX_PREPARED,
             reason::SANDBOX_REFUSED,
@@ -79,38 +78,22 @@ pub(crate) fn place(
             format!("{what}: {e}"),
         )
     };
-    let creds_dir = run_dir.join("credentials");
-    let out_dir = run_dir.join("out");
-    let artifacts_root = config.data.join("artifacts");
-    let call_artifacts = crate::store::call_folder(&artifacts_root, &rec.namespace, &rec.id)
+    // The call's artifacts are kept under the store by namespace and id: both must be names.
+    crate::store::call_folder(&store_of(config), &rec.namespace, &rec.id)
         .map_err(|e| io("the call's artifact folder", &e))?;
-    for d in [run_dir, &creds_dir, &out_dir, &call_artifacts] {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .map_err(|e| io("creating the call's folders", &e))?;
-    }
+    let slot = match slot {
+        Some(s) if s.base() == &plan => s,
+        // The manifests changed since the slot was asked for (or none could be made then).
+        _ => Slot::start(config, &plan, ArtifactsAt::Store(store_of(config)), "call")
+            .map_err(|e| io("starting the sandbox", &e))?,
+    };
     let described = describe(&plan);
-    // The executor inside sees: its program, the spec and credentials (read-only), its output
-    // folder and this call's artifact folder (writable). Nothing else of the data folder.
-    if let Some(program) = config.executor.first() {
-        plan.expose_read_only(PathBuf::from(program));
-    }
-    plan.expose_read_only(run_dir.join("spec.json"));
-    plan.expose_read_only(&creds_dir);
-    plan.expose_writable(&out_dir);
-    plan.expose_writable(&call_artifacts);
-    let spec = executor_spec(rec, target, &plan, confinement, &artifacts_root);
-    let spec_path = run_dir.join("spec.json");
+    let spec = executor_spec(rec, target, &plan, confinement, &store_of(config));
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
-    std::fs::write(&spec_path, json).map_err(|e| io("writing the call spec", &e))?;
-    let (secret, credential) = deliver(target, &spec, &creds_dir, issued)?;
+    std::fs::write(slot.spec_path(), json).map_err(|e| io("writing the call spec", &e))?;
+    let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued)?;
     Ok(Placed {
-        spec_path,
-        creds_dir,
-        result_path: out_dir.join("result.json"),
-        plan,
+        slot,
         secret,
         described,
         credential,

@@ -42,6 +42,9 @@ pub struct Config {
     pub reload_interval: Duration,
     /// Where call spans go (nowhere by default).
     pub tracer: toolgate_api::trace::CallTracer,
+    /// Sandboxes kept started ahead of demand per sandbox plan (each runs one call, then is
+    /// destroyed); 0 starts every sandbox when its call needs it.
+    pub warm_sandboxes: usize,
 }
 
 /// Why the runtime did not start.
@@ -80,6 +83,8 @@ pub(crate) struct Inner {
     /// What each McpServer last listed, and when it was last asked.
     pub(crate) discovered: Mutex<crate::manifests::Discovered>,
     pub(crate) discovered_at: Mutex<HashMap<(String, String), std::time::Instant>>,
+    /// Sandboxes started ahead of demand.
+    pub(crate) pool: crate::slot::Pool,
     /// The calls' counters (the operator's names) and the registry `/metrics` encodes.
     metrics: toolgate_api::metrics::CallMetrics,
     registry: prometheus_client::registry::Registry,
@@ -102,8 +107,10 @@ impl Runtime {
         let metrics = toolgate_api::metrics::CallMetrics::default();
         let mut registry = prometheus_client::registry::Registry::with_prefix("toolgate");
         metrics.register(&mut registry);
+        let pool = crate::slot::Pool::new(config.warm_sandboxes);
         Runtime {
             inner: Arc::new(Inner {
+                pool,
                 config,
                 store,
                 linter,

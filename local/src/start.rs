@@ -32,6 +32,9 @@ impl Runtime {
             tracing::warn!(warning = %w, "manifest warning");
         }
         let store = Store::open(&config.data)?;
+        // The sandboxes a previous process started died with it (their parent-death signal);
+        // their folders are left. The store's lock says no other runtime uses them.
+        let _ = std::fs::remove_dir_all(crate::slot::slots_folder(&config.data));
         let rt = Runtime::new(config, store, linter, loaded);
         // The McpServers' tools, listed before any call is taken.
         if rt.discover(true).await {

@@ -584,12 +584,13 @@ async fn kill_9_loses_no_call_and_never_runs_a_non_idempotent_call_twice() {
     wait_phase(&mut c, &once.id, &["Running"]).await;
     wait_phase(&mut c, &again.id, &["Running"]).await;
     server.kill9();
-    // The sandboxes die with their parent: nothing of the old process runs on (the kernel
+    // The sandboxes die with their parent, the running ones and those waiting for a call:
+    // nothing of the old process runs on (the kernel
     // delivers the parent-death signal promptly, but a loaded machine may take a moment to
     // reap; the tool would sleep for far longer).
     let leftovers = |dir: &std::path::Path| {
         Command::new("pgrep")
-            .args(["-f", &format!("{}/data/run/{}", dir.display(), once.id)])
+            .args(["-f", &format!("{}/data/slots/", dir.display())])
             .output()
             .expect("pgrep")
             .stdout

@@ -176,6 +176,7 @@ fn hostile_proposals_are_refused_by_field_and_touch_nothing_outside_the_data_fol
             executor: vec!["/nonexistent/toolgate-executor".into()],
             broker: Arc::new(toolgate_local::broker::NoBroker),
             reload_interval: std::time::Duration::from_secs(3600),
+            warm_sandboxes: 0,
             tracer: Default::default(),
         }))
         .expect("runtime starts");

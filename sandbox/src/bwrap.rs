@@ -137,7 +137,7 @@ pub fn arguments(
     }
     for b in &plan.runtime {
         let flag = if b.writable { "--bind" } else { "--ro-bind" };
-        push(&[&flag, &b.path, &b.path]);
+        push(&[&flag, &b.source(), &b.path]);
     }
     for inside in covered_dirs {
         push(&[&"--remount-ro", inside]);
@@ -176,6 +176,7 @@ mod tests {
             ],
             runtime: vec![crate::plan::RuntimeBind {
                 path: "/srv/ws/.git/run".into(),
+                host: None,
                 writable: true,
             }],
             cwd: "/workspace".into(),

@@ -81,14 +81,26 @@ pub struct SandboxPlan {
     pub env: Vec<(String, String)>,
 }
 
-/// One of the runtime's own files or folders, visible at its host path.
+/// One of the runtime's own files or folders, visible at `path` inside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeBind {
-    /// The path, the same outside and inside.
+    /// The path inside the sandbox (and on the host, unless `host` says otherwise).
     pub path: PathBuf,
+    /// The host file or folder behind `path`, when it is not `path` itself: a sandbox started
+    /// before its call is known writes the call's artifacts into its own folder, seen inside
+    /// where the runtime's artifact store is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<PathBuf>,
     /// Whether the sandbox may write it.
     pub writable: bool,
+}
+
+impl RuntimeBind {
+    /// The host side of the bind.
+    pub fn source(&self) -> &Path {
+        self.host.as_deref().unwrap_or(&self.path)
+    }
 }
 
 impl SandboxPlan {
@@ -96,6 +108,7 @@ impl SandboxPlan {
     pub fn expose_read_only(&mut self, host: impl Into<PathBuf>) {
         self.runtime.push(RuntimeBind {
             path: host.into(),
+            host: None,
             writable: false,
         });
     }
@@ -104,6 +117,16 @@ impl SandboxPlan {
     pub fn expose_writable(&mut self, host: impl Into<PathBuf>) {
         self.runtime.push(RuntimeBind {
             path: host.into(),
+            host: None,
+            writable: true,
+        });
+    }
+
+    /// Make a runtime folder `host` writable inside at `inside`.
+    pub fn expose_writable_at(&mut self, host: impl Into<PathBuf>, inside: impl Into<PathBuf>) {
+        self.runtime.push(RuntimeBind {
+            path: inside.into(),
+            host: Some(host.into()),
             writable: true,
         });
     }

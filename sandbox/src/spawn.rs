@@ -317,10 +317,33 @@ pub fn prepare(
     };
     let procs_fds: Vec<i32> = procs_files.iter().map(AsRawFd::as_raw_fd).collect();
     let seccomp_fds = fds.clone();
+    // SAFETY: getpid(2) cannot fail.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (write, fcntl, setrlimit) on values prepared before the fork; it allocates nothing.
+    // calls (prctl, getppid, write, fcntl, setrlimit) on values prepared before the fork; it
+    // allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            // The sandbox dies with the runtime that started it, even by SIGKILL, from the first
+            // instruction on (bubblewrap's own --die-with-parent is set only once it runs); a
+            // parent already gone by now means nobody would ever reap or time the sandbox. The
+            // signal follows the spawning *thread*: spawn from a thread that lives as long as the
+            // sandbox should (an async task's worker, never a short-lived blocking thread).
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "the runtime ended before its sandbox started",
+                ));
+            }
             for fd in &procs_fds {
                 if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
                     return Err(std::io::Error::last_os_error());

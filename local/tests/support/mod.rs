@@ -291,6 +291,14 @@ pub async fn get(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Call {
         .into_inner()
 }
 
+/// ExplainCall of a call, as the agent.
+pub async fn explain(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Explanation {
+    c.explain_call(req(AGENT, pb::ExplainCallRequest { id: id.into() }))
+        .await
+        .expect("explain")
+        .into_inner()
+}
+
 pub async fn wait_phase(c: &mut ToolgateClient<Channel>, id: &str, phases: &[&str]) -> pb::Call {
     toolgate_testkit::api::wait_call(c, AGENT, id, phases).await
 }

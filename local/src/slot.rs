@@ -1,0 +1,392 @@
+//! Sandboxes started ahead of demand. Making a sandbox (cgroups, namespaces, bubblewrap's mounts,
+//! the executor's start) is most of what a governed call costs here, so a [`Slot`] is a sandbox
+//! made before its call is known, the executor started inside it and waiting for its go. Its
+//! folder is bound in empty; a call's spec and credential are written into it only once the slot
+//! is given to that call, which it runs once, and the slot is destroyed with the run: nothing of
+//! one call is ever seen by another, and a slot sees exactly what a sandbox made for its call
+//! would. The first call of a sandbox plan makes its slot on demand; after each run, [`Pool`]
+//! starts another for the same plan, up to `warm` waiting per plan.
+
+use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use toolgate_crds::CallResult;
+use toolgate_sandbox::SandboxPlan;
+
+use crate::cancel::kill_group;
+use crate::runtime::{Config, lock};
+
+/// Bytes of the executor's stderr kept for a failure message.
+const STDERR_KEPT: usize = 4096;
+/// Grace after the sandbox's own timeout before the runtime kills it.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// A waiting slot older than this is replaced by a fresh one when next asked for (its plan's
+/// environment may have changed; nothing waits forever).
+const IDLE_LIMIT: Duration = Duration::from_secs(300);
+/// Plans with waiting slots, at most: the least recently used plan's slots go first.
+const PLANS_KEPT: usize = 16;
+
+/// Where a slot's artifacts are seen inside its sandbox.
+#[derive(Debug, Clone)]
+pub(crate) enum ArtifactsAt {
+    /// At the runtime's artifact store (the data folder's `artifacts/`): the executor writes
+    /// where the call's artifacts belong, into the slot's folder; [`Slot::keep_artifacts`] moves
+    /// them there once the sandbox is gone.
+    Store(PathBuf),
+    /// In the slot's own folder, read there and dropped with it (a discovery's listing).
+    Own,
+}
+
+/// A sandbox with the executor started in it, waiting for its one call.
+pub(crate) struct Slot {
+    dir: PathBuf,
+    base: SandboxPlan,
+    plan: SandboxPlan,
+    artifacts: ArtifactsAt,
+    sandboxed: toolgate_sandbox::SandboxedCommand,
+    child: tokio::process::Child,
+    go: Option<tokio::process::ChildStdin>,
+    stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
+    pgid: Option<i32>,
+    made: Instant,
+}
+
+impl Slot {
+    /// Make a slot for `base` (a resolved plan, nothing of any call in it) and start the
+    /// executor in it. `label` names its cgroups.
+    pub(crate) fn start(
+        config: &Config,
+        base: &SandboxPlan,
+        artifacts: ArtifactsAt,
+        label: &str,
+    ) -> Result<Slot, String> {
+        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+        let Some((program, lead)) = config.executor.split_first() else {
+            return Err("no executor configured".into());
+        };
+        let dir = slots_folder(&config.data).join(format!(
+            "{}-{}",
+            std::process::id(),
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut folder = SlotFolder(Some(dir.clone()));
+        let io = |what: &str, e: std::io::Error| format!("{what} of its sandbox: {e}");
+        for d in ["credentials", "out", "artifacts"].map(|d| dir.join(d)) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&d)
+                .map_err(|e| io("the folders", e))?;
+        }
+        // Bound as a file: it must exist; the call's spec is written into it in place.
+        std::fs::write(dir.join("spec.json"), b"").map_err(|e| io("the spec file", e))?;
+        let mut plan = base.clone();
+        plan.expose_read_only(PathBuf::from(program));
+        plan.expose_read_only(dir.join("spec.json"));
+        plan.expose_read_only(dir.join("credentials"));
+        plan.expose_writable(dir.join("out"));
+        match &artifacts {
+            ArtifactsAt::Store(inside) => plan.expose_writable_at(dir.join("artifacts"), inside),
+            ArtifactsAt::Own => plan.expose_writable(dir.join("artifacts")),
+        }
+        let mut args: Vec<OsString> = lead.to_vec();
+        args.extend([
+            "--spec".into(),
+            dir.join("spec.json").into(),
+            "--credentials".into(),
+            dir.join("credentials").into(),
+            "--result".into(),
+            dir.join("out/result.json").into(),
+            "--wait-for-go".into(),
+        ]);
+        let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
+            .map_err(|e| e.to_string())?;
+        let mut command = tokio::process::Command::from(std::mem::replace(
+            &mut sandboxed.command,
+            std::process::Command::new("true"),
+        ));
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("starting bubblewrap: {e}"))?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let go = child.stdin.take();
+        let stderr = Some(tokio::spawn(read_stderr(child.stderr.take())));
+        folder.0 = None;
+        Ok(Slot {
+            dir,
+            base: base.clone(),
+            plan,
+            artifacts,
+            sandboxed,
+            child,
+            go,
+            stderr,
+            pgid,
+            made: Instant::now(),
+        })
+    }
+
+    /// The plan it was made for, without its own files.
+    pub(crate) fn base(&self) -> &SandboxPlan {
+        &self.base
+    }
+
+    /// The whole plan its sandbox runs (what a call records as its sandbox).
+    pub(crate) fn plan(&self) -> &SandboxPlan {
+        &self.plan
+    }
+
+    /// Where the call's spec goes.
+    pub(crate) fn spec_path(&self) -> PathBuf {
+        self.dir.join("spec.json")
+    }
+
+    /// Where the call's credential goes (removed the moment the sandbox is gone).
+    pub(crate) fn credentials(&self) -> PathBuf {
+        self.dir.join("credentials")
+    }
+
+    /// The host folder of its artifacts.
+    pub(crate) fn artifacts(&self) -> PathBuf {
+        self.dir.join("artifacts")
+    }
+
+    /// Its process group while it runs, so a cancel can kill it.
+    pub(crate) fn process_group(&self) -> Option<i32> {
+        self.pgid
+    }
+
+    /// Still waiting, and young enough to be given a call.
+    fn fresh(&mut self) -> bool {
+        self.made.elapsed() < IDLE_LIMIT && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Tell the executor to go (its spec and credential are in the folder), wait for it with the
+    /// plan's time limit and a grace, and read its result. The result, and how long the sandbox
+    /// ran from the go.
+    pub(crate) async fn run(&mut self) -> Result<(CallResult, Duration), String> {
+        let started = Instant::now();
+        let told = match self.go.take() {
+            Some(mut go) => go.write_all(b"go\n").await.and(go.shutdown().await),
+            None => Err(std::io::Error::other("the slot was already used")),
+        };
+        let limit = self.plan.limits.timeout + KILL_GRACE;
+        let status = match told {
+            Err(e) => Err(format!("starting the call in its sandbox: {e}")),
+            Ok(()) => match tokio::time::timeout(limit, self.child.wait()).await {
+                Ok(s) => s.map_err(|e| format!("waiting for the sandbox: {e}")),
+                Err(_) => {
+                    if let Some(pg) = self.pgid {
+                        kill_group(pg);
+                    }
+                    let _ = self.child.wait().await;
+                    Err(format!(
+                        "the sandbox outlived its time limit ({} ms) and was killed",
+                        limit.as_millis()
+                    ))
+                }
+            },
+        };
+        self.sandboxed.cleanup();
+        let elapsed = started.elapsed();
+        let _ = std::fs::remove_dir_all(self.credentials());
+        let stderr = match self.stderr.take() {
+            Some(reader) => reader.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let status = status?;
+        match std::fs::read(self.dir.join("out/result.json")) {
+            Ok(bytes) => serde_json::from_slice::<CallResult>(&bytes)
+                .map(|r| (r, elapsed))
+                .map_err(|e| format!("the executor's result is not valid: {e}")),
+            Err(_) => Err(format!(
+                "the executor wrote no result ({status}); stderr: {}",
+                String::from_utf8_lossy(&stderr).trim()
+            )),
+        }
+    }
+
+    /// Move a call's artifacts from the slot's folder to the store they were written for
+    /// (`store`, the folder of `call` in it), once the sandbox is gone.
+    pub(crate) fn keep_artifacts(&self, relative: &Path, store: &Path) -> std::io::Result<()> {
+        if !matches!(self.artifacts, ArtifactsAt::Store(_)) {
+            return Ok(());
+        }
+        let from = self.artifacts().join(relative);
+        let Ok(entries) = std::fs::read_dir(&from) else {
+            return Ok(());
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(store)?;
+        for entry in entries {
+            let entry = entry?;
+            std::fs::rename(entry.path(), store.join(entry.file_name()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(pg) = self.pgid
+            && matches!(self.child.try_wait(), Ok(None))
+        {
+            kill_group(pg);
+        }
+        self.sandboxed.cleanup();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A slot's folder, removed unless the slot was made.
+struct SlotFolder(Option<PathBuf>);
+
+impl Drop for SlotFolder {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Where slots keep their folders: under the data folder, which no sandbox sees.
+pub(crate) fn slots_folder(data: &Path) -> PathBuf {
+    data.join("slots")
+}
+
+/// The first bytes of the executor's stderr; the rest is drained.
+async fn read_stderr(mut stderr: Option<tokio::process::ChildStderr>) -> Vec<u8> {
+    let mut kept = Vec::new();
+    if let Some(s) = stderr.as_mut() {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            if kept.len() < STDERR_KEPT {
+                kept.extend_from_slice(&buf[..n.min(STDERR_KEPT - kept.len())]);
+            }
+        }
+    }
+    kept
+}
+
+/// Slots waiting for calls, by plan.
+pub(crate) struct Pool {
+    /// Slots kept waiting per plan; 0 makes every slot on demand.
+    warm: usize,
+    /// Least recently used plan first.
+    plans: Mutex<Vec<Plan>>,
+}
+
+/// The slots of one plan.
+struct Plan {
+    key: String,
+    waiting: Vec<Slot>,
+    /// Being started by a refill now, so that refills at once do not overshoot.
+    starting: usize,
+}
+
+impl Pool {
+    /// A pool keeping `warm` slots waiting per plan.
+    pub(crate) fn new(warm: usize) -> Pool {
+        Pool {
+            warm,
+            plans: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn key(plan: &SandboxPlan) -> String {
+        serde_json::to_string(plan).unwrap_or_default()
+    }
+
+    /// The entry of `key`, moved last (most recently used); made when missing.
+    fn used<'p>(plans: &'p mut Vec<Plan>, key: &str) -> &'p mut Plan {
+        let entry = match plans.iter().position(|p| p.key == key) {
+            Some(at) => plans.remove(at),
+            None => Plan {
+                key: key.to_string(),
+                waiting: Vec::new(),
+                starting: 0,
+            },
+        };
+        plans.push(entry);
+        let last = plans.len() - 1;
+        &mut plans[last]
+    }
+
+    /// A slot for a call of `base`: a waiting one when there is one, else one made now.
+    pub(crate) fn take(&self, config: &Config, base: &SandboxPlan) -> Result<Slot, String> {
+        let key = Pool::key(base);
+        let (found, stale) = {
+            let mut plans = lock(&self.plans);
+            let plan = Pool::used(&mut plans, &key);
+            let mut stale = Vec::new();
+            let mut found = None;
+            while let Some(mut slot) = plan.waiting.pop() {
+                if slot.fresh() {
+                    found = Some(slot);
+                    break;
+                }
+                stale.push(slot);
+            }
+            (found, stale)
+        };
+        // Dropped outside the lock: each kills its sandbox and removes its folder.
+        drop(stale);
+        match found {
+            Some(slot) => Ok(slot),
+            None => Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "call"),
+        }
+    }
+
+    /// Start slots for `base` until `warm` wait or are being started; the least recently used
+    /// plans' slots go when too many plans have some.
+    pub(crate) fn refill(&self, config: &Config, base: &SandboxPlan) {
+        let key = Pool::key(base);
+        loop {
+            {
+                let mut plans = lock(&self.plans);
+                let plan = Pool::used(&mut plans, &key);
+                if plan.waiting.len() + plan.starting >= self.warm {
+                    return;
+                }
+                plan.starting += 1;
+            }
+            let started = Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "warm");
+            let evicted = {
+                let mut plans = lock(&self.plans);
+                let plan = Pool::used(&mut plans, &key);
+                plan.starting = plan.starting.saturating_sub(1);
+                match started {
+                    Ok(slot) => plan.waiting.push(slot),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "starting a sandbox ahead of demand");
+                        return;
+                    }
+                }
+                let over = plans.len().saturating_sub(PLANS_KEPT);
+                plans.drain(..over).collect::<Vec<_>>()
+            };
+            drop(evicted);
+        }
+    }
+}
+
+/// Where the executor writes a call's artifacts, inside: the runtime's artifact store.
+pub(crate) fn store_of(config: &Config) -> PathBuf {
+    config.data.join("artifacts")
+}

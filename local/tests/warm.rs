@@ -1,0 +1,196 @@
+//! Sandboxes started ahead of demand (`--warm-sandboxes`, on by default): each waits empty, is
+//! given to exactly one call, sees nothing another call left, and dies with its runtime.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+use toolgate_proto::v1 as pb;
+
+fn add_tools(root: &Path) {
+    let tool = |name: &str, argv: &str| {
+        Tool::test(name)
+            .argv(argv)
+            .approval("never")
+            .summary("A tool of the warm-sandbox suite.")
+            .policy("read-only")
+            .timeout_ms(15000)
+            .yaml("team-a")
+    };
+    let m = root.join("manifests");
+    for (file, text) in [
+        (
+            "w-leave",
+            tool(
+                "w.leave",
+                "[sh, -c, \"echo left-behind > /tmp/left; echo left\"]",
+            ),
+        ),
+        (
+            "w-look",
+            tool(
+                "w.look",
+                "[sh, -c, \"cat /tmp/left 2>/dev/null || echo clean\"]",
+            ),
+        ),
+    ] {
+        std::fs::write(m.join(format!("tools/{file}.yaml")), text).expect("tool");
+    }
+    std::fs::write(
+        m.join("w-grant.yaml"),
+        toolgate_testkit::fixtures::grant("team-a", "warm-tools", &["w.leave", "w.look"]),
+    )
+    .expect("grant");
+}
+
+/// The slot folders whose executor waits for its go now (from the processes' command lines).
+fn waiting_slots(data: &Path) -> BTreeSet<String> {
+    let out = Command::new("pgrep")
+        .args(["-af", "--", "--wait-for-go"])
+        .output()
+        .expect("pgrep");
+    let slots = data.join("slots").display().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("bwrap"))
+        .filter_map(|l| slot_in(l, &slots))
+        .collect()
+}
+
+/// The slot folder (`<data>/slots/<name>`) a text names first.
+fn slot_in(text: &str, slots: &str) -> Option<String> {
+    let at = text.find(slots)? + slots.len() + 1;
+    let name: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    (!name.is_empty()).then(|| format!("{slots}/{name}"))
+}
+
+async fn run(c: &mut Client, tool: &str) -> (pb::Call, String) {
+    let call = submit(c, tool, serde_json::json!({}), "execute").await;
+    let done = wait_phase(c, &call.id, &["Succeeded", "Failed"]).await;
+    (done, explain(c, &call.id).await.sandbox_json)
+}
+
+type Client = toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_runtime() {
+    let dir = setup();
+    add_tools(dir.path());
+    let data = dir.path().join("data");
+    let slots = data.join("slots").display().to_string();
+    let mut server = Server::start(dir.path());
+    let mut c = server.client().await;
+
+    let (left, _) = run(&mut c, "w.leave").await;
+    assert_eq!(left.phase, "Succeeded", "{:#?}", left.conditions);
+    assert_eq!(left.output_preview, "left\n");
+
+    // After the first run of a plan, two sandboxes of it wait (the default).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut waiting = waiting_slots(&data);
+    while waiting.len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waiting = waiting_slots(&data);
+    }
+    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    // Nothing of any call is in a waiting sandbox's folder: no spec, no credential, no output.
+    for slot in &waiting {
+        let slot = Path::new(slot);
+        assert_eq!(
+            std::fs::metadata(slot.join("spec.json"))
+                .expect("spec")
+                .len(),
+            0,
+            "{}",
+            slot.display()
+        );
+        for empty in ["credentials", "out", "artifacts"] {
+            let entries: Vec<_> = std::fs::read_dir(slot.join(empty))
+                .expect("folder")
+                .collect();
+            assert!(
+                entries.is_empty(),
+                "{}/{empty}: {entries:?}",
+                slot.display()
+            );
+        }
+    }
+
+    // Each call gets its own sandbox, a waiting one first; none sees what another left in its
+    // private /tmp.
+    let mut used = BTreeSet::new();
+    for i in 0..3 {
+        let (look, sandbox) = run(&mut c, "w.look").await;
+        assert_eq!(look.phase, "Succeeded", "{:#?}", look.conditions);
+        assert_eq!(look.output_preview, "clean\n", "call {i}");
+        let slot = slot_in(&sandbox, &slots).expect("the call's sandbox names its slot");
+        if i == 0 {
+            assert!(
+                waiting.contains(&slot),
+                "the first call after the warm-up ran in a waiting sandbox: {slot} not in {waiting:?}"
+            );
+        }
+        assert!(used.insert(slot.clone()), "{slot} ran two calls");
+        assert!(
+            !Path::new(&slot).exists(),
+            "a used sandbox's folder is removed: {slot}"
+        );
+    }
+
+    // SIGKILL of the runtime: the waiting sandboxes die with it (their parent-death signal).
+    let before = waiting_slots(&data);
+    assert!(!before.is_empty());
+    server.kill9();
+    let leftovers = || {
+        Command::new("pgrep")
+            .args(["-f", &slots])
+            .output()
+            .expect("pgrep")
+            .stdout
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !leftovers().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = leftovers();
+    assert!(
+        left.is_empty(),
+        "a sandbox outlived its runtime: {}",
+        String::from_utf8_lossy(&left)
+    );
+    // The next runtime clears the folders they left before it takes any call.
+    let server = Server::start(dir.path());
+    let _c = server.client().await;
+    for slot in before {
+        assert!(!Path::new(&slot).exists(), "{slot} left after a restart");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_warm_sandboxes_every_call_still_gets_its_own_and_nothing_waits() {
+    let dir = setup();
+    add_tools(dir.path());
+    let data = dir.path().join("data");
+    let slots = data.join("slots").display().to_string();
+    let server = Server::start_with(
+        dir.path(),
+        &data,
+        &dir.path().join("workspace"),
+        &["--listen", "127.0.0.1:0", "--warm-sandboxes", "0"],
+    );
+    let mut c = server.client().await;
+    let (left, _) = run(&mut c, "w.leave").await;
+    assert_eq!(left.phase, "Succeeded", "{:#?}", left.conditions);
+    let (look, sandbox) = run(&mut c, "w.look").await;
+    assert_eq!(look.output_preview, "clean\n");
+    assert!(slot_in(&sandbox, &slots).is_some(), "{sandbox}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(waiting_slots(&data).is_empty(), "nothing waits with 0");
+}
