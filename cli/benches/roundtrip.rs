@@ -151,191 +151,260 @@ fn main() {
         p.cleanup();
     });
 
-    // The governed round trip through the server.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("local")
-        .arg("--manifests")
-        .arg(root.join("manifests"))
-        .arg("--data")
-        .arg(root.join("data"))
-        .arg("--workspace")
-        .arg(&ws)
-        .arg("--tokens")
-        .arg(root.join("tokens.yaml"))
-        .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("toolgate local");
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("line");
-    let addr = line
-        .split("serving toolgate.v1 on ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .expect("addr")
-        .to_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let mut client = rt
-        .block_on(async { ToolgateClient::connect(format!("http://{addr}")).await })
-        .expect("connect");
-    let mut round_trip = || {
-        rt.block_on(async {
-            let call = client
-                .propose_call(proposal())
-                .await
-                .expect("propose")
-                .into_inner();
-            let mut w = tonic::Request::new(pb::WatchCallRequest {
-                id: call.id.clone(),
-            });
-            w.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {TOKEN}").parse().expect("h"),
-            );
-            let mut s = client.watch_call(w).await.expect("watch").into_inner();
-            let mut last = None;
-            while let Some(e) = s.next().await {
-                last = Some(e.expect("event"));
-            }
-            assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
-            call.id
-        })
-    };
-    let mut last_call = String::new();
-    let mut governed_ids = Vec::new();
-    let governed = sample(60, || {
-        last_call = round_trip();
-        governed_ids.push(last_call.clone());
+    // The reference: bubblewrap with every namespace and nothing else (no cgroups, no
+    // seccomp, no limits).
+    let bare_bwrap = sample(100, || {
+        let status = Command::new("bwrap")
+            .args([
+                "--unshare-all",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+            ])
+            .arg("true")
+            .status()
+            .expect("bwrap");
+        assert!(status.success());
     });
-    // Where the governed round trip's time goes, from the calls' own records: the median gap
-    // between consecutive conditions (each written when its step was durable).
-    let breakdown = rt.block_on(async {
-        let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
-            Default::default();
-        for id in &governed_ids {
-            let mut r = tonic::Request::new(pb::GetCallRequest { id: id.clone() });
-            r.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {TOKEN}").parse().expect("h"),
-            );
-            let call = client.get_call(r).await.expect("get").into_inner();
-            let mut at: Vec<(jiff::Timestamp, String)> = call
-                .conditions
-                .iter()
-                .filter_map(|c| Some((c.last_transition_time.parse().ok()?, c.r#type.clone())))
-                .collect();
-            at.sort();
-            // The run itself: from Started to the last condition (the sandbox, the executor,
-            // the result recorded).
-            if let (Some(started), Some(last)) =
-                (at.iter().find(|(_, k)| k == "Started"), at.last())
-            {
-                let run = Duration::try_from(last.0.duration_since(started.0)).unwrap_or_default();
-                gaps.entry((
-                    usize::MAX,
-                    "Started → the end (sandbox, executor, result)".into(),
-                ))
-                .or_default()
-                .push(run);
-            }
-            for (i, w) in at.windows(2).enumerate() {
-                let gap = Duration::try_from(w[1].0.duration_since(w[0].0)).unwrap_or_default();
-                gaps.entry((i, format!("{} → {}", w[0].1, w[1].1)))
-                    .or_default()
-                    .push(gap);
-            }
-        }
-        gaps.into_iter()
-            .map(|((_, step), v)| (step, percentiles(v).0))
-            .collect::<Vec<_>>()
-    });
-    // One unary RPC on an open channel: what every GetCall, ApproveCall and ProposeCall pays on
-    // top of its work (40 ms of it was Nagle's algorithm on the server's sockets).
-    let unary = sample(200, || {
-        rt.block_on(async {
-            let mut r = tonic::Request::new(pb::GetCallRequest {
-                id: last_call.clone(),
-            });
-            r.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {TOKEN}").parse().expect("h"),
-            );
-            client.get_call(r).await.expect("get");
-        })
-    });
-    // The whole `toolgate call … --watch` process an agent's shell would run: client start,
-    // connect, propose, watch to the end.
-    let cli = sample(30, || {
-        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["--server", &format!("http://{addr}"), "--token", TOKEN])
-            .args(["call", "bench.true", "--args", "{}", "--action", "execute"])
-            .args(["--task", "bench", "--watch"])
-            .output()
-            .expect("toolgate call");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    // Throughput: N agents, each on its own channel, proposing and watching in a loop.
-    let throughput: Vec<(usize, f64, Duration, Duration)> = [8usize, 32]
-        .iter()
-        .map(|&agents| {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            rt.block_on(concurrent(&addr, agents, 256 / agents))
-        })
-        .collect();
-    let _ = server.kill();
-    let _ = server.wait();
+
+    // The governed round trip through the server, with sandboxes started ahead of demand (the
+    // default) and with every sandbox made when its call needs it, in the same run.
+    let warm = Governed::measure(root, &ws, None);
+    let cold = Governed::measure(root, &ws, Some("0"));
 
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("`true`, p50 / p99 over one run:");
     println!(
-        "  plain fork+exec              {:>9.2?} / {:>9.2?}",
+        "  plain fork+exec                    {:>9.2?} / {:>9.2?}",
         plain.0, plain.1
     );
     println!(
-        "  bare sandbox spawn (bwrap)   {:>9.2?} / {:>9.2?}   {:.1}x plain",
+        "  bwrap --unshare-all … true         {:>9.2?} / {:>9.2?}   {:.1}x plain",
+        bare_bwrap.0,
+        bare_bwrap.1,
+        ratio(bare_bwrap.0, plain.0)
+    );
+    println!(
+        "  bare sandbox spawn (+cgroups, seccomp, limits) {:>9.2?} / {:>9.2?}   {:.1}x plain",
         sandboxed.0,
         sandboxed.1,
         ratio(sandboxed.0, plain.0)
     );
-    println!(
-        "  unary GetCall, open channel  {:>9.2?} / {:>9.2?}",
-        unary.0, unary.1
-    );
-    println!(
-        "  governed round trip          {:>9.2?} / {:>9.2?}   {:.1}x plain, {:.1}x the bare sandbox",
-        governed.0,
-        governed.1,
-        ratio(governed.0, plain.0),
-        ratio(governed.0, sandboxed.0)
-    );
-    println!(
-        "  `toolgate call … --watch`    {:>9.2?} / {:>9.2?}   {:.1}x the bare sandbox (the whole CLI process)",
-        cli.0,
-        cli.1,
-        ratio(cli.0, sandboxed.0)
-    );
-    println!("where a governed round trip's time goes (median gap between its conditions):");
-    for (step, gap) in &breakdown {
-        println!("  {step:<44} {gap:>9.2?}");
-    }
-    println!("throughput, agents proposing and watching `true` in a loop:");
-    for (agents, per_second, p50, p99) in &throughput {
+    for (name, g) in [
+        ("warm sandboxes (default)", &warm),
+        ("--warm-sandboxes 0", &cold),
+    ] {
+        println!("{name}:");
         println!(
-            "  {agents:>2} agents   {per_second:>6.1} calls/s   latency p50 {p50:>9.2?} / p99 {p99:>9.2?}"
+            "  unary GetCall, open channel        {:>9.2?} / {:>9.2?}",
+            g.unary.0, g.unary.1
         );
+        println!(
+            "  governed round trip                {:>9.2?} / {:>9.2?}   {:.1}x bwrap --unshare-all",
+            g.round_trip.0,
+            g.round_trip.1,
+            ratio(g.round_trip.0, bare_bwrap.0)
+        );
+        println!(
+            "  `toolgate call … --watch`          {:>9.2?} / {:>9.2?}   {:.1}x bwrap --unshare-all (the whole CLI process)",
+            g.cli.0,
+            g.cli.1,
+            ratio(g.cli.0, bare_bwrap.0)
+        );
+        println!("  where a governed round trip's time goes (median gap between its conditions):");
+        for (step, gap) in &g.breakdown {
+            println!("    {step:<44} {gap:>9.2?}");
+        }
+        println!("  throughput, agents proposing and watching `true` in a loop:");
+        for (agents, per_second, p50, p99) in &g.throughput {
+            println!(
+                "    {agents:>2} agents   {per_second:>6.1} calls/s   latency p50 {p50:>9.2?} / p99 {p99:>9.2?}"
+            );
+        }
+    }
+}
+
+/// What one `toolgate local` measured: p50/p99 of a unary RPC, the governed round trip and the
+/// whole CLI process; the median gap between a call's conditions; throughput at 8 and 32 agents.
+struct Governed {
+    unary: (Duration, Duration),
+    round_trip: (Duration, Duration),
+    cli: (Duration, Duration),
+    breakdown: Vec<(String, Duration)>,
+    throughput: Vec<(usize, f64, Duration, Duration)>,
+}
+
+impl Governed {
+    /// Start `toolgate local` on the bench's manifests (`--warm-sandboxes warm` when given) with
+    /// a data folder of its own, measure, stop it.
+    fn measure(root: &Path, ws: &Path, warm: Option<&str>) -> Governed {
+        let data = root.join(format!("data-{}", warm.unwrap_or("default")));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
+            .arg("local")
+            .arg("--manifests")
+            .arg(root.join("manifests"))
+            .arg("--data")
+            .arg(&data)
+            .arg("--workspace")
+            .arg(ws)
+            .arg("--tokens")
+            .arg(root.join("tokens.yaml"))
+            .args(["--listen", "127.0.0.1:0"]);
+        if let Some(w) = warm {
+            command.args(["--warm-sandboxes", w]);
+        }
+        let mut server = command
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("toolgate local");
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("line");
+        let addr = line
+            .split("serving toolgate.v1 on ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .expect("addr")
+            .to_string();
+        let figures = Governed::of(&addr);
+        let _ = server.kill();
+        let _ = server.wait();
+        figures
+    }
+
+    fn of(addr: &str) -> Governed {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        let mut client = rt
+            .block_on(async { ToolgateClient::connect(format!("http://{addr}")).await })
+            .expect("connect");
+        let mut round_trip = || {
+            rt.block_on(async {
+                let call = client
+                    .propose_call(proposal())
+                    .await
+                    .expect("propose")
+                    .into_inner();
+                let mut w = tonic::Request::new(pb::WatchCallRequest {
+                    id: call.id.clone(),
+                });
+                w.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {TOKEN}").parse().expect("h"),
+                );
+                let mut s = client.watch_call(w).await.expect("watch").into_inner();
+                let mut last = None;
+                while let Some(e) = s.next().await {
+                    last = Some(e.expect("event"));
+                }
+                assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+                call.id
+            })
+        };
+        let mut last_call = String::new();
+        let mut governed_ids = Vec::new();
+        // Calls one after another, each proposed the moment the last one ended.
+        let governed = sample(60, || {
+            last_call = round_trip();
+            governed_ids.push(last_call.clone());
+        });
+        let breakdown = rt.block_on(async {
+            let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
+                Default::default();
+            for id in &governed_ids {
+                let mut r = tonic::Request::new(pb::GetCallRequest { id: id.clone() });
+                r.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {TOKEN}").parse().expect("h"),
+                );
+                let call = client.get_call(r).await.expect("get").into_inner();
+                let mut at: Vec<(jiff::Timestamp, String)> = call
+                    .conditions
+                    .iter()
+                    .filter_map(|c| Some((c.last_transition_time.parse().ok()?, c.r#type.clone())))
+                    .collect();
+                at.sort();
+                // The run itself: from Started to the last condition (the sandbox, the
+                // executor, the result recorded).
+                if let (Some(started), Some(last)) =
+                    (at.iter().find(|(_, k)| k == "Started"), at.last())
+                {
+                    let run =
+                        Duration::try_from(last.0.duration_since(started.0)).unwrap_or_default();
+                    gaps.entry((
+                        usize::MAX,
+                        "Started → the end (sandbox, executor, result)".into(),
+                    ))
+                    .or_default()
+                    .push(run);
+                }
+                for (i, w) in at.windows(2).enumerate() {
+                    let gap = Duration::try_from(w[1].0.duration_since(w[0].0)).unwrap_or_default();
+                    gaps.entry((i, format!("{} → {}", w[0].1, w[1].1)))
+                        .or_default()
+                        .push(gap);
+                }
+            }
+            gaps.into_iter()
+                .map(|((_, step), v)| (step, percentiles(v).0))
+                .collect::<Vec<_>>()
+        });
+        // One unary RPC on an open channel: what every GetCall, ApproveCall and ProposeCall
+        // pays on top of its work.
+        let unary = sample(200, || {
+            rt.block_on(async {
+                let mut r = tonic::Request::new(pb::GetCallRequest {
+                    id: last_call.clone(),
+                });
+                r.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {TOKEN}").parse().expect("h"),
+                );
+                client.get_call(r).await.expect("get");
+            })
+        });
+        // The whole `toolgate call … --watch` process an agent's shell would run: client
+        // start, connect, propose, watch to the end.
+        let cli = sample(30, || {
+            let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+                .args(["--server", &format!("http://{addr}"), "--token", TOKEN])
+                .args(["call", "bench.true", "--args", "{}", "--action", "execute"])
+                .args(["--task", "bench", "--watch"])
+                .output()
+                .expect("toolgate call");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+        // Throughput: N agents, each on its own channel, proposing and watching in a loop.
+        let throughput = [8usize, 32]
+            .iter()
+            .map(|&agents| {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .expect("rt");
+                rt.block_on(concurrent(addr, agents, 256 / agents))
+            })
+            .collect();
+        Governed {
+            unary,
+            round_trip: governed,
+            cli,
+            breakdown,
+            throughput,
+        }
     }
 }
 

@@ -254,11 +254,13 @@ pub fn with_usage(grants: &[&GrantEntry], usages: &GrantUsages) -> Vec<GrantEntr
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
     tools: Vec<RegisteredTool>,
-    by_name: HashMap<(String, String), usize>,
-    by_action: HashMap<(String, ActionType), Vec<usize>>,
+    // Keyed by namespace first, so a lookup borrows its keys instead of building a tuple of
+    // owned strings on every decision.
+    by_name: HashMap<String, HashMap<String, usize>>,
+    by_action: HashMap<String, HashMap<ActionType, Vec<usize>>>,
     by_namespace: HashMap<String, Vec<usize>>,
     grants: Vec<GrantEntry>,
-    grants_by_subject: HashMap<(String, String), Vec<usize>>,
+    grants_by_subject: HashMap<String, HashMap<String, Vec<usize>>>,
     /// namespace → term → tools whose name, summary, use-when or examples contain it.
     positive_index: HashMap<String, HashMap<String, Vec<usize>>>,
     /// namespace → term → tools whose do-not-use-when hints contain it.
@@ -346,8 +348,7 @@ impl Registry {
     /// Add a registered tool (a later one with the same name replaces the earlier); names are
     /// ranked once all are in (`from_objects`).
     fn insert_tool(&mut self, tool: RegisteredTool) {
-        let key = (tool.namespace.clone(), tool.name.clone());
-        if let Some(&i) = self.by_name.get(&key) {
+        if let Some(i) = self.tool_index(&tool.namespace, &tool.name) {
             self.tools[i] = tool;
             self.reindex_tools();
             self.rank_names();
@@ -356,7 +357,9 @@ impl Registry {
         let i = self.tools.len();
         for a in &tool.spec.intent.action_types {
             self.by_action
-                .entry((tool.namespace.clone(), *a))
+                .entry(tool.namespace.clone())
+                .or_default()
+                .entry(*a)
                 .or_default()
                 .push(i);
         }
@@ -378,7 +381,10 @@ impl Registry {
         for t in &tool.negative_terms {
             neg.entry(t.clone()).or_default().push(i);
         }
-        self.by_name.insert(key, i);
+        self.by_name
+            .entry(tool.namespace.clone())
+            .or_default()
+            .insert(tool.name.clone(), i);
         self.tools.push(tool);
     }
 
@@ -399,7 +405,9 @@ impl Registry {
         let i = self.grants.len();
         for s in &grant.spec.subjects {
             self.grants_by_subject
-                .entry((grant.namespace.clone(), subject_key(s, &grant.namespace)))
+                .entry(grant.namespace.clone())
+                .or_default()
+                .entry(subject_key(s, &grant.namespace))
                 .or_default()
                 .push(i);
         }
@@ -419,9 +427,7 @@ impl Registry {
 
     /// A tool by namespace and name.
     pub fn tool(&self, namespace: &str, name: &str) -> Option<&RegisteredTool> {
-        self.by_name
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|&i| &self.tools[i])
+        self.tool_index(namespace, name).map(|i| &self.tools[i])
     }
 
     /// Every tool of a namespace, in registration order.
@@ -462,7 +468,7 @@ impl Registry {
     /// Registry indexes of a namespace's tools, optionally only those of an action type.
     pub fn tool_indexes(&self, namespace: &str, action: Option<ActionType>) -> &[usize] {
         let v = match action {
-            Some(a) => self.by_action.get(&(namespace.to_string(), a)),
+            Some(a) => self.by_action.get(namespace).and_then(|m| m.get(&a)),
             None => self.by_namespace.get(namespace),
         };
         v.map_or(&[], Vec::as_slice)
@@ -470,9 +476,7 @@ impl Registry {
 
     /// Registry index of a tool.
     pub fn tool_index(&self, namespace: &str, name: &str) -> Option<usize> {
-        self.by_name
-            .get(&(namespace.to_string(), name.to_string()))
-            .copied()
+        self.by_name.get(namespace)?.get(name).copied()
     }
 
     /// Tools of a namespace whose ranking terms include `term` (positive) or whose
@@ -501,10 +505,13 @@ impl Registry {
 
     /// The grants of a namespace whose subjects include the principal, sorted by name.
     pub fn grants_for(&self, namespace: &str, principal: &Principal) -> Vec<&GrantEntry> {
+        let Some(by_subject) = self.grants_by_subject.get(namespace) else {
+            return Vec::new();
+        };
         let mut idx: Vec<usize> = principal
             .subject_keys()
-            .into_iter()
-            .filter_map(|k| self.grants_by_subject.get(&(namespace.to_string(), k)))
+            .iter()
+            .filter_map(|k| by_subject.get(k))
             .flatten()
             .copied()
             .collect();
