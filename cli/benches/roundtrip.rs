@@ -62,7 +62,7 @@ spec:
 
 /// ProposeCall of `bench.true` as the bench's agent.
 fn proposal() -> tonic::Request<pb::ProposeCallRequest> {
-    let mut r = tonic::Request::new(pb::ProposeCallRequest {
+    authorized(pb::ProposeCallRequest {
         tool: "bench.true".into(),
         args_json: "{}".into(),
         intent: Some(pb::Intent {
@@ -73,7 +73,12 @@ fn proposal() -> tonic::Request<pb::ProposeCallRequest> {
             evidence_refs: vec![],
         }),
         ..Default::default()
-    });
+    })
+}
+
+/// `message` as the bench's agent (its bearer token).
+fn authorized<T>(message: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
     r.metadata_mut().insert(
         "authorization",
         format!("Bearer {TOKEN}").parse().expect("h"),
@@ -287,29 +292,7 @@ impl Governed {
         let mut client = rt
             .block_on(async { ToolgateClient::connect(format!("http://{addr}")).await })
             .expect("connect");
-        let mut round_trip = || {
-            rt.block_on(async {
-                let call = client
-                    .propose_call(proposal())
-                    .await
-                    .expect("propose")
-                    .into_inner();
-                let mut w = tonic::Request::new(pb::WatchCallRequest {
-                    id: call.id.clone(),
-                });
-                w.metadata_mut().insert(
-                    "authorization",
-                    format!("Bearer {TOKEN}").parse().expect("h"),
-                );
-                let mut s = client.watch_call(w).await.expect("watch").into_inner();
-                let mut last = None;
-                while let Some(e) = s.next().await {
-                    last = Some(e.expect("event"));
-                }
-                assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
-                call.id
-            })
-        };
+        let mut round_trip = || rt.block_on(governed_call(&mut client));
         let mut last_call = String::new();
         let mut governed_ids = Vec::new();
         // Calls one after another, each proposed the moment the last one ended.
@@ -321,11 +304,7 @@ impl Governed {
             let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
                 Default::default();
             for id in &governed_ids {
-                let mut r = tonic::Request::new(pb::GetCallRequest { id: id.clone() });
-                r.metadata_mut().insert(
-                    "authorization",
-                    format!("Bearer {TOKEN}").parse().expect("h"),
-                );
+                let r = authorized(pb::GetCallRequest { id: id.clone() });
                 let call = client.get_call(r).await.expect("get").into_inner();
                 let mut at: Vec<(jiff::Timestamp, String)> = call
                     .conditions
@@ -362,13 +341,9 @@ impl Governed {
         // pays on top of its work.
         let unary = sample(200, || {
             rt.block_on(async {
-                let mut r = tonic::Request::new(pb::GetCallRequest {
+                let r = authorized(pb::GetCallRequest {
                     id: last_call.clone(),
                 });
-                r.metadata_mut().insert(
-                    "authorization",
-                    format!("Bearer {TOKEN}").parse().expect("h"),
-                );
                 client.get_call(r).await.expect("get");
             })
         });
@@ -408,6 +383,28 @@ impl Governed {
     }
 }
 
+/// One governed round trip of `bench.true`: ProposeCall, then WatchCall to the end; its id.
+async fn governed_call(client: &mut ToolgateClient<tonic::transport::Channel>) -> String {
+    let call = client
+        .propose_call(proposal())
+        .await
+        .expect("propose")
+        .into_inner();
+    let mut s = client
+        .watch_call(authorized(pb::WatchCallRequest {
+            id: call.id.clone(),
+        }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut last = None;
+    while let Some(e) = s.next().await {
+        last = Some(e.expect("event"));
+    }
+    assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+    call.id
+}
+
 /// `agents` clients on their own channels, each making `each` governed round trips at once:
 /// calls per second over the whole run, and the latency of each call (p50, p99).
 async fn concurrent(addr: &str, agents: usize, each: usize) -> (usize, f64, Duration, Duration) {
@@ -420,22 +417,7 @@ async fn concurrent(addr: &str, agents: usize, each: usize) -> (usize, f64, Dura
             let mut took = Vec::new();
             for _ in 0..each {
                 let t = Instant::now();
-                let call = client
-                    .propose_call(proposal())
-                    .await
-                    .expect("propose")
-                    .into_inner();
-                let mut w = tonic::Request::new(pb::WatchCallRequest { id: call.id });
-                w.metadata_mut().insert(
-                    "authorization",
-                    format!("Bearer {TOKEN}").parse().expect("h"),
-                );
-                let mut s = client.watch_call(w).await.expect("watch").into_inner();
-                let mut last = None;
-                while let Some(e) = s.next().await {
-                    last = Some(e.expect("event"));
-                }
-                assert_eq!(last.map(|e| e.phase).as_deref(), Some("Succeeded"));
+                governed_call(&mut client).await;
                 took.push(t.elapsed());
             }
             took
