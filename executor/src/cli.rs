@@ -67,6 +67,20 @@ fn confine_self(spec: &ExecSpec, args: &Args, credentials_dir: &Path) -> Result<
     rules.read.push(args.spec.clone());
     rules.read.push(credentials_dir.to_path_buf());
     if let Some(result) = &args.result {
+        // Landlock grants only what exists: a result file not made yet would be left out, and
+        // writing it refused (unless it happened to lie under a folder granted anyway, like the
+        // sandbox's /tmp). Made empty now, so the grant is the file itself and nothing beside it.
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(result)
+        {
+            return Err(ExecError::Unrunnable(format!(
+                "cannot create the result file {}: {e}",
+                result.display()
+            )));
+        }
         rules.write.push(result.clone());
     }
     if let ArtifactTarget::Local { dir } = &spec.artifacts {

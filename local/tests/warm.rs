@@ -194,3 +194,44 @@ async fn with_no_warm_sandboxes_every_call_still_gets_its_own_and_nothing_waits(
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(waiting_slots(&data).is_empty(), "nothing waits with 0");
 }
+
+/// A data folder that is not under /tmp (the default one is under `$HOME`): a tempdir there.
+/// Inside the sandbox /tmp is private and writable, so a data folder under it hides mistakes in
+/// what the executor is granted; one elsewhere does not.
+fn data_outside_tmp() -> tempfile::TempDir {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let base = [Some(target.to_path_buf()), home]
+        .into_iter()
+        .flatten()
+        .find(|p| !p.starts_with("/tmp") && p.is_dir())
+        .expect("a folder outside /tmp (CARGO_TARGET_TMPDIR or HOME)");
+    tempfile::tempdir_in(base).expect("data folder")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_run_with_the_data_folder_outside_the_temporary_folder_warm_and_cold() {
+    for warm in ["2", "0"] {
+        let dir = setup();
+        add_tools(dir.path());
+        let data = data_outside_tmp();
+        let server = Server::start_with(
+            dir.path(),
+            data.path(),
+            &dir.path().join("workspace"),
+            &["--listen", "127.0.0.1:0", "--warm-sandboxes", warm],
+        );
+        let mut c = server.client().await;
+        for i in 0..2 {
+            let (done, _) = run(&mut c, "w.leave").await;
+            assert_eq!(
+                done.phase,
+                "Succeeded",
+                "--warm-sandboxes {warm}, call {i}, data in {}: {:#?}",
+                data.path().display(),
+                done.conditions
+            );
+            assert_eq!(done.output_preview, "left\n");
+        }
+    }
+}
