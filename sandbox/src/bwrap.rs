@@ -68,6 +68,12 @@ pub fn arguments(
         &"--disable-userns",
         &"--die-with-parent",
         &"--new-session",
+        // The command is the namespace's pid 1, bubblewrap's direct child, so bubblewrap returns
+        // only once it is reaped and the sandbox's cgroups are empty when the runtime sees it
+        // end. With bubblewrap's own init as pid 1, bubblewrap returns when the command exits
+        // and the orphaned init is still tearing the namespaces down (the cgroups stay busy).
+        // As pid 1 the executor also cannot be signalled from inside the sandbox.
+        &"--as-pid-1",
     ]);
     if plan.network == Network::Host {
         push(&[&"--share-net"]);

@@ -136,17 +136,23 @@ impl SandboxedCommand {
             p.remove();
         }
         for dir in self.cgroups.drain(..) {
-            for _ in 0..50 {
+            // A process killed here is gone within a millisecond or so: try again soon, then
+            // less often, for about a second in all.
+            let mut pause = std::time::Duration::from_micros(250);
+            for _ in 0..60 {
                 if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
                     for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
                         // SAFETY: kill(2) with a pid read from the cgroup; no memory involved.
                         unsafe { libc::kill(pid, libc::SIGKILL) };
                     }
                 }
-                if std::fs::remove_dir(&dir).is_ok() {
-                    break;
+                match std::fs::remove_dir(&dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(_) => {}
                 }
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
             }
         }
     }

@@ -673,3 +673,75 @@ fn a_blocked_path_that_does_not_exist_cannot_be_created() {
     );
     assert!(!f.workspace.join(".git-old").exists(), "{}", o.stderr);
 }
+
+/// The folders of the cgroups `prepare` made for sandboxes labelled `label`: children of this
+/// process's own cgroup under each controller, named `toolgate-<label>-…`.
+fn cgroups_of(label: &str) -> Vec<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+    let mut found = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            continue;
+        };
+        for controller in controllers
+            .split(',')
+            .filter(|c| ["memory", "pids"].contains(c))
+        {
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(path.trim_start_matches('/'));
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("toolgate-{label}-"))
+                {
+                    found.push(entry.path());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn when_bubblewrap_returns_nothing_of_the_sandbox_is_left_in_its_cgroups() {
+    // The moment the runtime sees the sandbox end, every process of it (the tool, what it left
+    // in the background, the namespace's pid 1) is gone: its cgroups can be removed at once,
+    // and nothing runs on after the call is recorded as finished.
+    let f = fixture();
+    let label = "left-behind-probe";
+    let mut made = 0;
+    for round in 0..10 {
+        let args: Vec<OsString> = vec!["-c".into(), "sleep 30 & sleep 30 & echo up".into()];
+        let mut prepared =
+            prepare(&plan(&f), Path::new("/bin/sh"), &args, label).expect("sandbox prepared");
+        let out = prepared
+            .command
+            .stdout(Stdio::piped())
+            .output()
+            .expect("bwrap ran");
+        for dir in cgroups_of(label) {
+            made += 1;
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            assert!(
+                procs.trim().is_empty() && std::fs::remove_dir(&dir).is_ok(),
+                "round {round}: {} still holds processes [{}] after bubblewrap returned",
+                dir.display(),
+                procs.trim()
+            );
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "up\n",
+            "round {round}"
+        );
+        prepared.cleanup();
+    }
+    // Where this machine lets us make cgroups, the check above ran (CI's machines do).
+    if std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|c| c.contains(":memory:")) {
+        assert!(made > 0, "no cgroup of the sandbox was found to check");
+    }
+}
