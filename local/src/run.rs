@@ -81,12 +81,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
         return Ok(());
     };
     let outcome = execute(rt, &rec, &mut p.slot).await;
-    // Another sandbox for the next call of this plan, off this call's path.
-    let refill = (rt.clone(), p.slot.base().clone());
-    tokio::spawn(async move {
-        let (rt, base) = refill;
-        rt.inner.pool.refill(&rt.inner.config, &base);
-    });
+    let base = p.slot.base().clone();
     let outcome = outcome.and_then(|ran| {
         let relative = Path::new(&rec.namespace).join(&rec.id);
         let store = crate::store::call_folder(&store_of(&rt.inner.config), &rec.namespace, &rec.id)
@@ -116,6 +111,10 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
             })
         })
         .await?;
+    // Another sandbox for the next call of this plan, once this one's end is recorded: starting
+    // one takes the cores for milliseconds, and the caller is waiting for this call's result.
+    let refill = rt.clone();
+    tokio::spawn(async move { refill.inner.pool.refill(&refill.inner.config, &base) });
     crate::lease::revoke_held(rt, &ended);
     // A dry run that succeeded may be what an approved L5 call of the same args waits for (the
     // re-check reads every waiting call: only then is it worth it).

@@ -33,8 +33,18 @@ impl Runtime {
         }
         let store = Store::open(&config.data)?;
         // The sandboxes a previous process started died with it (their parent-death signal);
-        // their folders are left. The store's lock says no other runtime uses them.
+        // their folders are left. The store's lock says no other runtime uses them. One it was
+        // starting as it died can linger; its cgroups say so and go, with what is in them.
         let _ = std::fs::remove_dir_all(crate::slot::slots_folder(&config.data));
+        let swept = tokio::task::spawn_blocking(toolgate_sandbox::spawn::sweep_orphaned_cgroups)
+            .await
+            .unwrap_or(0);
+        if swept > 0 {
+            tracing::info!(
+                swept,
+                "removed the cgroups of sandboxes whose runtime had died"
+            );
+        }
         let rt = Runtime::new(config, store, linter, loaded);
         // The McpServers' tools, listed before any call is taken.
         if rt.discover(true).await {

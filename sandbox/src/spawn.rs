@@ -136,26 +136,31 @@ impl SandboxedCommand {
             p.remove();
         }
         for dir in self.cgroups.drain(..) {
-            // A process killed here is gone within a millisecond or so: try again soon, then
-            // less often, for about a second in all.
-            let mut pause = std::time::Duration::from_micros(250);
-            for _ in 0..60 {
-                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                        // SAFETY: kill(2) with a pid read from the cgroup; no memory involved.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                }
-                match std::fs::remove_dir(&dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                    Err(_) => {}
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(20));
-            }
+            remove_cgroup(&dir);
         }
     }
+}
+
+/// Kill what is in a cgroup and remove it. A process killed here is gone within a millisecond
+/// or so: try again soon, then less often, for about a second in all. Whether it is gone.
+fn remove_cgroup(dir: &Path) -> bool {
+    let mut pause = std::time::Duration::from_micros(250);
+    for _ in 0..60 {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) with a pid read from the cgroup; no memory involved.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(_) => {}
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
+    false
 }
 
 impl Drop for SandboxedCommand {
@@ -392,6 +397,60 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> std::io
     Ok(())
 }
 
+/// This process's own cgroup folder under a v1 controller, where sandboxes' cgroups are made.
+fn own_cgroup(controller: &str) -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == controller).then(|| {
+            PathBuf::from("/sys/fs/cgroup")
+                .join(controller)
+                .join(path.trim_start_matches('/'))
+        })
+    })
+}
+
+/// The runtime process a sandbox cgroup's name (`toolgate-<label>-<pid>-<sequence>`) says made it.
+fn maker_of(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix("toolgate-")?;
+    let mut parts = rest.rsplitn(3, '-');
+    let (_sequence, pid) = (parts.next()?.parse::<u64>().ok()?, parts.next()?);
+    parts.next()?;
+    pid.parse().ok()
+}
+
+/// Remove the sandbox cgroups (beside this process's own, under the memory and pids
+/// controllers) whose runtime is gone, killing what is still in them first: a runtime killed
+/// with SIGKILL cannot clean up, and a sandbox it was starting at that moment can outlive it
+/// (bubblewrap's child waits forever for the parent that was to write its uid map). Cgroups of
+/// a runtime still alive (another one on this machine, or this one) are left alone. Returns how
+/// many were removed.
+pub fn sweep_orphaned_cgroups() -> usize {
+    let mut removed = 0;
+    for controller in ["memory", "pids"] {
+        let Some(dir) = own_cgroup(controller) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = maker_of(&name) else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            if remove_cgroup(&entry.path()) {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 /// Create a child cgroup of ours under a v1 controller (or the v2 hierarchy) and configure it.
 /// Returns its folder and an open `cgroup.procs`, or `None` when the machine does not allow it.
 fn make_cgroup(
@@ -399,20 +458,7 @@ fn make_cgroup(
     name: &str,
     configure: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Option<(PathBuf, File)> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let (root, current) = own.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.split(',').any(|c| c == controller) {
-            Some((
-                PathBuf::from("/sys/fs/cgroup").join(controller),
-                path.to_string(),
-            ))
-        } else {
-            None
-        }
-    })?;
-    let dir = root.join(current.trim_start_matches('/')).join(name);
+    let dir = own_cgroup(controller)?.join(name);
     std::fs::create_dir(&dir).ok()?;
     let setup = configure(&dir).and_then(|()| {
         std::fs::OpenOptions::new()
@@ -424,6 +470,28 @@ fn make_cgroup(
         Err(_) => {
             let _ = std::fs::remove_dir(&dir);
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::maker_of;
+
+    #[test]
+    fn a_sandbox_cgroup_names_the_runtime_that_made_it() {
+        assert_eq!(maker_of("toolgate-warm-4307-3"), Some(4307));
+        assert_eq!(maker_of("toolgate-escape-test-12-0"), Some(12));
+        assert_eq!(maker_of("toolgate-call-1-2"), Some(1));
+        for other in [
+            "toolgate-warm",
+            "toolgate-4307-3",
+            "warm-4307-3",
+            "toolgate-warm-x-3",
+            "toolgate-warm-4307-y",
+            "",
+        ] {
+            assert_eq!(maker_of(other), None, "{other:?}");
         }
     }
 }
