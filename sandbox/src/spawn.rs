@@ -398,7 +398,7 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> std::io
 }
 
 /// This process's own cgroup folder under a v1 controller, where sandboxes' cgroups are made.
-fn own_cgroup(controller: &str) -> Option<PathBuf> {
+pub fn own_cgroup(controller: &str) -> Option<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     own.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');

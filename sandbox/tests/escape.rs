@@ -677,29 +677,18 @@ fn a_blocked_path_that_does_not_exist_cannot_be_created() {
 /// The folders of the cgroups `prepare` made for sandboxes labelled `label`: children of this
 /// process's own cgroup under each controller, named `toolgate-<label>-…`.
 fn cgroups_of(label: &str) -> Vec<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
     let mut found = Vec::new();
-    for line in own.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
-        let (Some(controllers), Some(path)) = (controllers, path) else {
+    for controller in ["memory", "pids"] {
+        let Some(dir) = toolgate_sandbox::spawn::own_cgroup(controller) else {
             continue;
         };
-        for controller in controllers
-            .split(',')
-            .filter(|c| ["memory", "pids"].contains(c))
-        {
-            let dir = Path::new("/sys/fs/cgroup")
-                .join(controller)
-                .join(path.trim_start_matches('/'));
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("toolgate-{label}-"))
-                {
-                    found.push(entry.path());
-                }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("toolgate-{label}-"))
+            {
+                found.push(entry.path());
             }
         }
     }

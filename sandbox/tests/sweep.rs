@@ -6,17 +6,7 @@ use std::process::{Child, Command};
 
 /// This process's own folder under a v1 controller, when it can make cgroups there.
 fn own(controller: &str) -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own.lines().find_map(|l| {
-        let mut p = l.splitn(3, ':');
-        let (_, c, path) = (p.next()?, p.next()?, p.next()?);
-        c.split(',')
-            .any(|x| x == controller)
-            .then(|| path.to_string())
-    })?;
-    let dir = Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join(path.trim_start_matches('/'));
+    let dir = toolgate_sandbox::spawn::own_cgroup(controller)?;
     let probe = dir.join(format!("toolgate-sweep-probe-{}", std::process::id()));
     std::fs::create_dir(&probe).ok()?;
     std::fs::remove_dir(&probe).ok()?;
