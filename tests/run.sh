@@ -3,7 +3,8 @@
 # every test of the workspace:
 #   - bubblewrap (the local sandbox), with apt, through scripts/install-deps.sh;
 #   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
-#   - helm (built with go, cached under ~/.cache/toolgate/helm) for the chart's tests;
+#   - helm (built with go by tests/helm/build.sh, cached under ~/.cache/toolgate/helm) for the
+#     chart's tests;
 #   - a one-node cluster (tests/cluster/up.sh): etcd (Debian's etcd-server), kube-apiserver,
 #     kube-controller-manager, kube-scheduler, kubectl and a kubelet built from the
 #     k8s.io/kubernetes Go module (cached under ~/.cache/toolgate/k8s/<version>), Debian's
@@ -47,14 +48,7 @@ fi
 scripts/install-deps.sh   # bubblewrap: the sandbox suites and the embedded runtime need it
 
 # helm, for the chart's tests and the RBAC the operator suites install (built once, cached).
-HELM_VERSION=v3.22.0
-HELM="$CACHE/helm/$HELM_VERSION/bin/helm"
-if [ ! -x "$HELM" ]; then
-  log "building helm $HELM_VERSION with go (once, a few minutes)"
-  mkdir -p "$(dirname "$HELM")"
-  (cd "$(mktemp -d)" && GOBIN="$(dirname "$HELM")" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
-fi
-export TOOLGATE_HELM="$HELM"
+eval "$(tests/helm/build.sh)"
 
 # Real MCP servers for the MCP suites, in a virtualenv of the system's Python (its interpreter is
 # under /usr, which every sandbox sees; the suites name the virtualenv as a read root).

@@ -27,35 +27,9 @@ BIN="$CACHE/k8s/$K8S_VERSION/bin"
 
 log() { echo "tests/cluster/up.sh: $*" >&2; }
 
-# The NetworkPolicy enforcer: kube-router, firewall only (iptables + ipset, which these kernels
-# have; kube-network-policies needs nftables' queue expression, which they lack; Calico and
-# Cilium are not served by the Go module proxy here). v2.1.0 is the only version served and has
-# reported vulnerabilities: acceptable for a node that only ever sees the suite's own traffic.
-KUBE_ROUTER_VERSION=v2.1.0
-KUBE_ROUTER="$CACHE/kube-router/$KUBE_ROUTER_VERSION/bin/kube-router"
-if [ ! -x "$KUBE_ROUTER" ]; then
-  command -v go >/dev/null || { log "Go is required to build kube-router"; exit 1; }
-  log "building kube-router $KUBE_ROUTER_VERSION (once; ~7 min cold on 2 cores)"
-  mkdir -p "$(dirname "$KUBE_ROUTER")"
-  (cd "$(mktemp -d)" && GOBIN="$(dirname "$KUBE_ROUTER")" GOFLAGS=-mod=mod \
-     go install "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION") >&2
-fi
-
-COMMANDS="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy"
-MISSING=""
-for c in $COMMANDS; do [ -x "$BIN/$c" ] || MISSING="$MISSING k8s.io/kubernetes/cmd/$c"; done
-if [ -n "$MISSING" ]; then
-  command -v go >/dev/null || { log "Go is required to build the cluster"; exit 1; }
-  log "building$MISSING $K8S_VERSION (once; ~15 min cold on 2 cores)"
-  mkdir -p "$BIN"
-  MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
-  LDFLAGS=""
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LDFLAGS="$LDFLAGS -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR -X $pkg.gitTreeState=clean"
-  done
-  (cd "$HERE" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/" \
-      $MISSING) >&2
-fi
+# The binaries (built once and cached by build.sh): the control plane, the kubelet, kube-proxy,
+# kubectl and kube-router.
+eval "$("$HERE/build.sh")"
 command -v etcd >/dev/null || { log "etcd is required (Debian package etcd-server)"; exit 1; }
 "$HERE/node/install.sh" >&2
 
@@ -310,7 +284,7 @@ fi
 "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" taint node toolgate-node node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
 # The NetworkPolicy enforcer, in the node's network namespace, once the node it serves exists;
 # ready when it has written its chains there.
-nsenter --net="/run/netns/$NODE_NS" "$KUBE_ROUTER" --run-firewall=true --run-router=false \
+nsenter --net="/run/netns/$NODE_NS" "$TOOLGATE_KUBE_ROUTER_BIN" --run-firewall=true --run-router=false \
   --run-service-proxy=false --enable-cni=false --hostname-override=toolgate-node \
   --kubeconfig "$NODE_DIR/kube-router.kubeconfig" --health-port=0 --metrics-port=0 \
   >"$NODE_DIR/kube-router.log" 2>&1 &
