@@ -151,12 +151,20 @@ pub fn main(args: &Args) -> ExitCode {
         let spec = spec?;
         let limit = lifetime(&spec);
         hard_stop_after(limit);
+        // In a pod the executor is the container's first process, which the kernel spares from
+        // SIGTERM's default action: without this the kubelet would wait out the whole grace
+        // period of a deleted call's pod while its tool ran on.
+        let mut stop = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| ExecError::Unrunnable(format!("cannot watch for SIGTERM: {e}")))?;
         let work = async {
             let credentials = load_credentials(&spec, &credentials_dir)?;
             execute(&spec, &credentials, &credentials_dir).await
         };
         tokio::select! {
             outcome = work => outcome,
+            // Dropping the work kills the tool (its process is killed on drop); the pid
+            // namespace ends the rest of its group with this process.
+            _ = stop.recv() => Err(ExecError::Terminated),
             () = tokio::time::sleep(limit) => {
                 eprintln!(
                     "toolgate-executor: still running {} ms after start (the tool's timeout and the grace after it): ending",

@@ -68,6 +68,12 @@ pub enum ExecError {
     /// The call's NetworkPolicy was not in force before the tool would have started.
     #[error(transparent)]
     EgressNotEnforced(#[from] crate::egress_gate::NotEnforced),
+    /// The executor was told to stop (SIGTERM: its pod deleted with its call, cancelled or
+    /// evicted) and stopped the tool.
+    #[error(
+        "the executor was told to stop (SIGTERM: its pod was deleted or evicted) and stopped the tool"
+    )]
+    Terminated,
 }
 
 impl ExecError {
@@ -83,6 +89,7 @@ impl ExecError {
             ExecError::Store(_) | ExecError::Sink(_) => 69,
             ExecError::Confinement(_) => 73,
             ExecError::EgressNotEnforced(_) => 74,
+            ExecError::Terminated => 143,
         }
     }
 
@@ -99,6 +106,7 @@ impl ExecError {
             ExecError::Sink(_) => "artifact-upload",
             ExecError::Confinement(_) => "confinement",
             ExecError::EgressNotEnforced(_) => "egress-not-enforced",
+            ExecError::Terminated => "terminated",
         }
     }
 }

@@ -989,3 +989,66 @@ fn an_executor_blocked_outside_its_runtime_is_ended_by_the_kernel() {
         "{status:?}"
     );
 }
+
+/// SIGTERM (what the kubelet sends when a call's pod is deleted: cancelled, its ToolCall
+/// deleted, evicted) stops the tool at once and ends the executor with a `terminated` result;
+/// as a container's first process it would otherwise ignore the signal, and the tool run on for
+/// the pod's whole grace period.
+#[test]
+fn sigterm_stops_the_tool_and_says_so() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let spec = base_spec(&dir.path().join("art"), json!(["sleep", "30"]));
+    let path = dir.path().join("spec.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("spec")).expect("write spec");
+    let mut executor = Command::new(env!("CARGO_BIN_EXE_toolgate-executor"))
+        .arg("--spec")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run executor");
+    let pid = executor.id();
+    // The tool, once started: the executor's child.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let tool: i32 = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(child) = children.split_whitespace().next() {
+            break child.parse().expect("a pid");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let executor_pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
+    nix::sys::signal::kill(executor_pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = executor.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the executor ignored SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    executor
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("stdout");
+    assert_eq!(status.code(), Some(143), "{stdout}");
+    let result: Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("a result");
+    assert_eq!(result["error"]["code"], "terminated", "{result}");
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(tool), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{tool}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "the tool {tool} ran on after SIGTERM");
+}

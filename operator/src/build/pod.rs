@@ -57,6 +57,9 @@ fn workspace_volume(input: &PodInput<'_>) -> Volume {
     }
 }
 
+/// How long the kubelet waits after SIGTERM before killing a call's container.
+pub const TERMINATION_GRACE_SECONDS: i64 = 5;
+
 /// The executor pod: hardened, limited, deadline-bound, and labelled for its NetworkPolicy.
 pub fn pod(o: &Owner<'_>, input: &PodInput<'_>) -> Pod {
     let (volumes, mounts, args) = storage(o, input);
@@ -64,6 +67,9 @@ pub fn pod(o: &Owner<'_>, input: &PodInput<'_>) -> Pod {
         metadata: meta(o, "executor"),
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
+            // The executor stops its tool on SIGTERM at once; a deleted call's pod is gone
+            // within seconds, not the default 30.
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             active_deadline_seconds: Some(

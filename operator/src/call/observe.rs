@@ -44,8 +44,16 @@ pub(super) async fn observe(
         .as_ref()
         .and_then(|t| t.message.clone())
         .unwrap_or_default();
-    let steps = match serde_json::from_str::<CallResult>(message.trim()) {
-        Ok(result) => {
+    let result = serde_json::from_str::<CallResult>(message.trim()).ok();
+    // An executor the kubelet stopped (SIGTERM) says only that; the pod says why: its deadline
+    // passed, it was evicted.
+    let stopped_by_its_pod = pod_status.reason.is_some()
+        && result
+            .as_ref()
+            .and_then(|r| r.error.as_ref())
+            .is_some_and(|e| e.code == "terminated");
+    let steps = match result {
+        Some(result) if !stopped_by_its_pod => {
             if let Some(r) = status.runtime.as_mut() {
                 let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
                     t.and_then(|t| kube_time(&t.0))
@@ -55,7 +63,7 @@ pub(super) async fn observe(
             }
             finished_steps(&mut status, &result, None)
         }
-        Err(_) => {
+        _ => {
             let why = match (pod_status.reason.as_deref(), terminated.as_ref()) {
                 (Some(r), _) => format!(
                     "pod {child} ended: {r} ({})",
