@@ -56,13 +56,20 @@ fn dns_rule() -> NetworkPolicyEgressRule {
 }
 
 /// The ports the executor itself connects to when it is the tool's only network client (the
-/// `http` adapter: HTTPS and HTTP; an MCP server over streamable HTTP: its URL's port), or
+/// `http` adapter and an MCP server over streamable HTTP: the port of the URL it requests), or
 /// `None` when a process of the tool's makes its own requests.
 pub fn executor_ports(execution: &toolgate_crds::Execution) -> Option<Vec<i32>> {
     if !toolgate_core::exec::executor_is_the_only_client(execution) {
         return None;
     }
-    match execution.mcp.as_ref().and_then(|m| m.url.as_deref()) {
+    // The one URL the executor requests: an HTTP tool's (its authority is never a template) or
+    // an MCP server's.
+    let url = execution
+        .http
+        .as_ref()
+        .map(|h| h.url_template.as_str())
+        .or_else(|| execution.mcp.as_ref().and_then(|m| m.url.as_deref()));
+    match url {
         Some(url) => Some(vec![url_port(url)]),
         None => Some(vec![443, 80]),
     }

@@ -397,6 +397,25 @@ fn secret_and_config_map_are_immutable_and_owned() {
     assert!(s.metadata.owner_references.is_some());
 }
 
+/// Found on the real node: an HTTP tool whose URL names a port (an internal API on 8443, the
+/// demo's tracker) was refused by its own NetworkPolicy, which opened only 443 and 80.
+#[test]
+fn an_http_tool_is_reached_by_the_executor_on_its_urls_port() {
+    let execution = |url: &str| -> toolgate_crds::Execution {
+        serde_json::from_value(serde_json::json!({
+            "adapter": "http", "timeoutMs": 1000,
+            "http": {"method": "POST", "urlTemplate": url},
+        }))
+        .expect("execution")
+    };
+    let internal = execution("https://tracker.internal:8443/repos/{{owner}}/issues");
+    assert_eq!(crate::build::executor_ports(&internal), Some(vec![8443]));
+    let plain = execution("http://10.0.0.7:39671/repos/{{owner}}/{{repo}}/issues");
+    assert_eq!(crate::build::executor_ports(&plain), Some(vec![39671]));
+    let github = execution("https://api.github.com/repos/{{owner}}/{{repo}}/issues");
+    assert_eq!(crate::build::executor_ports(&github), Some(vec![443]));
+}
+
 #[test]
 fn an_mcp_server_over_http_is_reached_by_the_executor_on_its_urls_port() {
     let execution = |adapter: &str, mcp: serde_json::Value| -> toolgate_crds::Execution {
