@@ -5,8 +5,9 @@ container engine runs.
 
 What the image holds and how it runs are read from the Containerfile's last stage, so the image
 the tests run is the one users build: its USER, ENTRYPOINT and WORKDIR; every file of each
-Debian package its `apt-get install` names (from this machine's dpkg database: the machine is
-Debian bookworm, the Containerfiles' base); each `COPY --from=build /src/target/release/X DEST`
+Debian package its `apt-get install` names and of every package those depend on, as apt installs
+them (from this machine's dpkg database: the machine is Debian bookworm, the Containerfiles'
+base); each `COPY --from=build /src/target/release/X DEST`
 taken from --target (the workspace's build output) and each plain `COPY SRC DEST` from
 --context. Every ELF file comes with the shared libraries it loads (`ldd`), at the same paths.
 
@@ -105,6 +106,47 @@ def package_files(package):
     return files
 
 
+def installed(package):
+    """Whether a package (an architecture qualifier aside) is installed here."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package.split(":")[0]],
+                         capture_output=True, text=True)
+    return out.returncode == 0 and out.stdout.strip() == "installed"
+
+
+def with_dependencies(packages):
+    """The packages and every installed package they depend on (Depends and Pre-Depends, of
+    alternatives the first installed one), as `apt-get install` would have put them in the image;
+    a virtual package is whatever already provides it."""
+    todo, closure = list(packages), []
+    while todo:
+        package = todo.pop().split(":")[0]
+        if package in closure:
+            continue
+        if not installed(package):
+            fail(f"package {package}: not installed on this machine: apt-get install {package}")
+        closure.append(package)
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Depends}, ${Pre-Depends}", package],
+                             capture_output=True, text=True, check=True)
+        for clause in out.stdout.split(","):
+            names = [alt.split()[0] for alt in clause.split("|") if alt.strip()]
+            chosen = next((n for n in names if installed(n)), None)
+            if chosen and chosen.split(":")[0] not in closure:
+                todo.append(chosen)
+    return sorted(closure)
+
+
+def tree_files(src, dest):
+    """(source, destination) of every file and link below the folder `src`, placed below `dest`."""
+    files = []
+    for root, dirs, names in os.walk(src):
+        dirs.sort()
+        for name in sorted(names) + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            path = os.path.join(root, name)
+            if os.path.isfile(path) or os.path.islink(path):
+                files.append((path, os.path.join(dest, os.path.relpath(path, src))))
+    return files
+
+
 def is_elf(path):
     with open(path, "rb") as f:
         return f.read(4) == b"\x7fELF"
@@ -189,15 +231,15 @@ def layer(files, dirs, user):
     image's user."""
     entries = {}
     for src, dest in files:
-        if not os.path.isfile(src):
+        if not os.path.isfile(src) and not os.path.islink(src):
             fail(f"--file {src}:{dest}: {src} is not a file")
         entries[dest] = src
-        if is_elf(src):
+        if os.path.isfile(src) and is_elf(src):
             for lib in libraries(src):
                 entries.setdefault(host_path(lib), lib)
     # A link's target comes too (libfoo.so.1 is a link to libfoo.so.1.2.3).
     for src in list(entries.values()):
-        if os.path.islink(src):
+        if os.path.islink(src) and os.path.isfile(os.path.realpath(src)):
             entries.setdefault(os.path.realpath(src), os.path.realpath(src))
     uid = user.split(":")[0]
     gid = user.split(":")[1] if ":" in user else uid
@@ -230,11 +272,14 @@ def main():
     p.add_argument("--target", help="the build output standing for /src/target/release/")
     p.add_argument("--context", help="the folder plain COPY sources are read from")
     p.add_argument("--add", action="append", default=[],
-                   help="SRC:DEST, a file a test adds to the Containerfile's image")
+                   help="SRC:DEST, a file or folder a test adds to the Containerfile's image")
+    p.add_argument("--package", action="append", default=[],
+                   help="a Debian package a test adds, with the packages it depends on")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
-    config, packages, copies = containerfile_config(a.containerfile)
+    config, named, copies = containerfile_config(a.containerfile)
+    packages = with_dependencies(named) if named else []
     files = []
     for package in packages:
         files += package_files(package)
@@ -251,10 +296,15 @@ def main():
         if dest.endswith("/"):
             dest += os.path.basename(src)
         files.append((src, dest))
+    added = with_dependencies(a.package) if a.package else []
+    for package in added:
+        if package not in packages:
+            files += package_files(package)
     for spec in a.add:
         if ":" not in spec:
             fail(f"--add {spec}: expected SRC:DEST")
-        files.append(tuple(spec.split(":", 1)))
+        src, dest = spec.split(":", 1)
+        files += tree_files(src, dest) if os.path.isdir(src) else [(src, dest)]
     dirs = []
     if config.get("WorkingDir"):
         dirs.append(config["WorkingDir"])
@@ -284,7 +334,7 @@ def main():
             info.mtime = 0
             out.addfile(info, io.BytesIO(data))
     os.replace(tmp, a.out)
-    print(json.dumps({"tag": a.tag, "config": image_config["config"], "packages": packages,
+    print(json.dumps({"tag": a.tag, "config": image_config["config"], "packages": packages + added,
                       "copies": [[src, dest] for _, src, dest in copies], "diff_id": diff_id}))
 
 
