@@ -95,7 +95,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let client = rt.block_on(support::node_emulator::admin_client());
+    let client = rt.block_on(support::admin_client());
     let run = |ns: &str, name: String| -> Duration {
         let calls: Api<ToolCall> = Api::namespaced(client.clone(), ns);
         let call: ToolCall =

@@ -1,7 +1,7 @@
 //! Delegation to a subagent on the cluster, end to end with the real API server and the
 //! operator's agent API: a delegation call opens without a pod; its principal fetches the
 //! subagent's token once; the subagent (the test, with that token) sees and calls only the
-//! allowed tool, each call in its own pod, with the delegator's grants, three calls and the fourth
+//! allowed tool, each call in its own pod on the real node, with the delegator's grants, three calls and the fourth
 //! refused; its calls carry the parent (label and spec) and ExplainCall of the parent lists them;
 //! its report ends the parent with a summary and a result; the token dies with it. A ToolCall
 //! claiming a delegation from kubectl is refused by admission.
@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::node_emulator::{self, NodeConfig};
-use support::{kubectl, ok, prepare, start_operator};
+use support::node;
+use support::{kubectl, ok, prepare};
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
@@ -27,7 +27,7 @@ async fn wait(
 
 #[test]
 fn a_delegation_on_the_cluster_lets_its_subagent_make_three_calls_in_pods() {
-    if !toolgate_testkit::have_cluster() {
+    if !toolgate_testkit::have_cluster() || !node::have_node() {
         return;
     }
     let port = support::free_port();
@@ -36,9 +36,7 @@ fn a_delegation_on_the_cluster_lets_its_subagent_make_three_calls_in_pods() {
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
     let ns = prepare("tg-deleg");
     let mut docs = vec![
-        std::fs::read_to_string(support::root().join("examples/sandbox-policies.yaml"))
-            .expect("policies")
-            .replace("namespace: team-a}", &format!("namespace: {ns}}}")),
+        node::example_policies(&ns),
         toolgate_testkit::fixtures::delegation_tool(&ns, "helper.delegate", 3, 600_000),
         toolgate_testkit::fixtures::grant(
             &ns,
@@ -53,12 +51,7 @@ fn a_delegation_on_the_cluster_lets_its_subagent_make_three_calls_in_pods() {
     );
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
     support::apply_agent_access(&ns);
-    let _operator = start_operator(&ns, &tls);
-    let _emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
-    });
+    let _operator = node::start_operator(&ns, "delegation-artifacts", &tls);
     let agent = support::token_of("agent");
 
     // kubectl cannot claim a delegation: spec.delegation is the agent API's alone.

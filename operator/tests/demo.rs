@@ -1,9 +1,13 @@
-//! The demo scenario of `toolgate demo`, on the real kube-apiserver with the example manifests:
-//! an agent reads, searches and fixes a file in the team's workspace volume (its `.env` refused),
-//! a destructive call is refused without a pod, and an issue is filed only after a reviewer
-//! approves it — once through kubectl, once through the gRPC API. The workspace is a hostPath
-//! PersistentVolume bound to a claim the example sandbox policies name; the issue tracker is a
-//! local HTTP service standing in for api.github.com (no internet here), as in `toolgate demo`.
+//! The demo scenario of `toolgate demo`, on the test cluster with the example manifests: an
+//! agent reads, searches and fixes a file in the team's workspace volume (its `.env` refused), a
+//! destructive call is refused without a pod, and an issue is filed only after a reviewer
+//! approves it — once through kubectl, once through the gRPC API. Every call that runs is a pod
+//! of its own, scheduled to the real node and run by its kubelet in a container of the executor
+//! image, its NetworkPolicy enforced; the full output lands in a real S3 bucket (moto) and
+//! `toolgate artifact` fetches it through the operator. The workspace is a hostPath
+//! PersistentVolume bound to a claim the example sandbox policies name, owned by the image's
+//! user; the issue tracker is an HTTP service on this machine's end of the node's link standing
+//! in for api.github.com (no internet here), as in `toolgate demo`.
 
 mod support;
 
@@ -11,12 +15,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::node_emulator::{self, NodeConfig};
+use sha2::{Digest, Sha256};
+use support::node;
 use support::{
-    authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root,
-    start_operator, token_of, wait_call, wait_for,
+    authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root, token_of,
+    wait_call, wait_for,
 };
 use toolgate_proto::v1 as pb;
+use toolgate_testkit::moto::Moto;
+
+const BUCKET: &str = "demo-artifacts";
 
 /// In the workspace's `.env`: must never leave the pod.
 const DOTENV_CANARY: &str = "canary-workspace-dotenv-51b7";
@@ -29,9 +37,10 @@ const FIXED: &str =
 /// What the stand-in tracker received: (path, authorization header, body).
 type Requests = Arc<Mutex<Vec<(String, String, String)>>>;
 
-/// A minimal HTTP service answering `POST /repos/{owner}/{repo}/issues` with a created issue.
-fn start_tracker() -> (String, Requests) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tracker");
+/// A minimal HTTP service answering `POST /repos/{owner}/{repo}/issues` with a created issue, on
+/// `host` (the machine's end of the node's link, which pods reach).
+fn start_tracker(host: &str) -> (String, Requests) {
+    let listener = std::net::TcpListener::bind((host, 0)).expect("tracker");
     let addr = listener.local_addr().expect("addr").to_string();
     let seen: Requests = Arc::default();
     let log = seen.clone();
@@ -84,9 +93,12 @@ fn start_tracker() -> (String, Requests) {
 }
 
 /// The examples as a platform team would adapt them to this cluster: in the test's namespace,
-/// the workspace policies naming the claim, GitHub's API replaced by the local tracker.
+/// the workspace policies naming the claim, every policy's calls on the test node (its
+/// RuntimeClass), GitHub's API replaced by the tracker at `tracker` (an address of this machine,
+/// hence private).
 fn example_manifests(ns: &str, tracker: &str) -> String {
-    [
+    let tracker_host = tracker.rsplit_once(':').map_or(tracker, |(h, _)| h);
+    let examples = [
         "examples/tools",
         "examples/grants.yaml",
         "examples/sandbox-policies.yaml",
@@ -104,19 +116,20 @@ fn example_manifests(ns: &str, tracker: &str) -> String {
     )
     .replace(
         "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
-        "allowDomains: [\"127.0.0.1\"]\n    denyPrivateNetworks: false",
-    )
-    .replace("  runtimeClassName: gvisor\n", "")
+        &format!("allowDomains: [\"{tracker_host}\"]\n    denyPrivateNetworks: false"),
+    );
+    node::on_the_node(&examples)
 }
 
-/// One namespace with the examples, a workspace volume, the operator and the node emulator.
+/// One namespace with the examples, a workspace volume, the artifact bucket and the operator.
 struct Demo {
     ns: String,
     workspace: tempfile::TempDir,
     tracker: Requests,
+    store: Moto,
     _operator: support::Operator,
-    _emulator: node_emulator::NodeEmulator,
     _secrets: tempfile::TempDir,
+    _volume: node::WorkspaceVolume,
 }
 
 impl Drop for Demo {
@@ -124,19 +137,16 @@ impl Drop for Demo {
         if std::thread::panicking() {
             support::dump(&self.ns, "toolgate,pods,pvc,networkpolicies,events");
         }
-        let _ = kubectl(
-            &["delete", "pv", &format!("ws-{}", self.ns), "--wait=false"],
-            None,
-        );
     }
 }
 
 impl Demo {
     fn start(prefix: &str, extra: &[&str]) -> Option<Demo> {
-        if !have_cluster() {
+        if !have_cluster() || !node::have_node() {
             return None;
         }
         let ns = prepare(prefix);
+        node::install_runtime_class();
         // The team's repository, on a volume the sandbox policies name.
         let workspace = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("workspace");
         let w = workspace.path();
@@ -173,16 +183,9 @@ impl Demo {
                 .expect("git");
             assert!(status.success(), "git {args:?}");
         }
-        let pv = format!("ws-{ns}");
-        ok(
-            &["apply", "-f", "-"],
-            Some(&format!(
-                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  hostPath: {{path: {}, type: Directory}}\n  claimRef: {{namespace: {ns}, name: workspace}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: workspace, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  volumeName: {pv}\n  resources: {{requests: {{storage: 1Gi}}}}\n",
-                w.display()
-            )),
-        );
-        support::eventually(&ns, "pvc/workspace", "{.status.phase}", "Bound");
-        let (tracker_addr, tracker) = start_tracker();
+        let volume = node::workspace_volume(&ns, "workspace", w);
+        let host = node::host_ip();
+        let (tracker_addr, tracker) = start_tracker(&host);
         ok(
             &["apply", "-f", "-"],
             Some(&example_manifests(&ns, &tracker_addr)),
@@ -191,12 +194,7 @@ impl Demo {
         let (secrets, secrets_arg) = support::secrets_file(TOKEN_CANARY);
         let mut args = vec!["--secrets", secrets_arg.as_str()];
         args.extend_from_slice(extra);
-        let operator = start_operator(&ns, &args);
-        let emulator = node_emulator::start(NodeConfig {
-            namespace: ns.clone(),
-            executor: node_emulator::executor_binary(),
-            shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
-        });
+        let (operator, store) = node::start_operator(&ns, BUCKET, &args);
         for tool in [
             "file.read",
             "code.search",
@@ -214,9 +212,10 @@ impl Demo {
             ns,
             workspace,
             tracker,
+            store,
             _operator: operator,
-            _emulator: emulator,
             _secrets: secrets,
+            _volume: volume,
         })
     }
 
@@ -224,15 +223,80 @@ impl Demo {
         std::fs::read_to_string(self.workspace.path().join(rel)).expect("workspace file")
     }
 
+    /// The call's stdout as its artifact in the bucket, checked against the hash its status
+    /// records.
+    fn stdout_in_bucket(&self, call: &str) -> Vec<u8> {
+        let object = format!("toolcall/{call}");
+        let stdout = "{.status.result.artifacts[?(@.artifactId==\"stdout\")]";
+        let uri = jsonpath(&self.ns, &object, &format!("{stdout}.uri}}"));
+        let hash = jsonpath(&self.ns, &object, &format!("{stdout}.contentHash}}"));
+        let key = uri
+            .strip_prefix(&format!("s3://{BUCKET}/"))
+            .unwrap_or_else(|| panic!("{call}: not an artifact of the bucket: {uri:?}"));
+        let body = self.store.object(BUCKET, key);
+        assert_eq!(
+            hash,
+            format!("sha256:{}", hex::encode(Sha256::digest(&body))),
+            "{call}"
+        );
+        body
+    }
+
+    /// Each of `calls` ran in a pod of its own (`tg-<call>`), bound by the scheduler to the real
+    /// node; `refused` never had one.
+    fn ran_on_the_node(&self, calls: &[&str], refused: &[&str]) {
+        let scheduled = kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                &self.ns,
+                "--field-selector",
+                "reason=Scheduled",
+                "-o",
+                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+            ],
+            None,
+        )
+        .1;
+        for call in calls {
+            let pod = format!("tg-{call}");
+            let bound: Vec<&str> = scheduled
+                .lines()
+                .filter(|l| l.split_whitespace().next() == Some(pod.as_str()))
+                .collect();
+            assert_eq!(bound.len(), 1, "{pod}: {scheduled}");
+            assert!(
+                bound[0].ends_with(&format!(" to {}", node::NODE)),
+                "{bound:?}"
+            );
+        }
+        for call in refused {
+            let pod = format!("tg-{call} ");
+            assert!(!scheduled.contains(&pod), "{call} had a pod: {scheduled}");
+        }
+    }
+
+    /// Every object of the bucket (the calls' full output, what a model may be shown).
+    fn bucket(&self) -> String {
+        self.store
+            .keys(BUCKET)
+            .iter()
+            .map(|k| String::from_utf8_lossy(&self.store.object(BUCKET, k)).into_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Everything a model-facing or operator-facing surface shows about the namespace.
     fn surfaces(&self) -> String {
         let ns = self.ns.as_str();
         format!(
-            "{}\n{}\n{}\n{}",
+            "{}\n{}\n{}\n{}\n{}",
             kubectl(&["get", "toolcalls", "-n", ns, "-o", "yaml"], None).1,
             kubectl(&["get", "events", "-n", ns, "-o", "yaml"], None).1,
             kubectl(&["describe", "toolcalls", "-n", ns], None).1,
-            operator_log()
+            operator_log(),
+            self.bucket()
         )
     }
 }
@@ -313,6 +377,11 @@ fn the_demo_through_kubectl() {
         "{.status.result.outputPreview}",
     );
     assert!(preview.contains("BUG: local time"), "{preview}");
+    let full = d.stdout_in_bucket("read-serializer-1");
+    assert!(
+        String::from_utf8_lossy(&full).starts_with(&preview),
+        "{preview}"
+    );
 
     // 2. The blocked .env: refused inside the pod, its content nowhere.
     propose(&agent_call(
@@ -499,6 +568,17 @@ fn the_demo_through_kubectl() {
         );
     }
 
+    d.ran_on_the_node(
+        &[
+            "read-serializer-1",
+            "read-dotenv",
+            "search-formatdate",
+            "fix-serializer-3",
+            "diff-serializer",
+            "report-flaky-tz",
+        ],
+        &["delete-git-config"],
+    );
     let everything = d.surfaces();
     assert!(
         !everything.contains(DOTENV_CANARY),
@@ -603,6 +683,8 @@ fn the_demo_through_grpc() {
         .build()
         .expect("rt");
     let mut shown = String::new();
+    // The calls that ran (each a pod), and the one refused before any.
+    let (mut ran, mut refused_id) = (Vec::new(), String::new());
     rt.block_on(async {
         let mut api = toolgate_testkit::api::grpc_tls_client(&grpc).await;
         // 1. The tool view for the intent.
@@ -630,6 +712,21 @@ fn the_demo_through_grpc() {
         let read = run(&mut api, &agent, &ns, "file.read", path, "read", ENDED).await;
         assert_eq!(read.phase, "Succeeded", "{read:?}");
         assert!(read.output_preview.contains("BUG: local time"), "{read:?}");
+        // Its full output, fetched through the operator, is the bucket's object.
+        let fetched = std::process::Command::new(support::toolgate_cli())
+            .args(["artifact", &read.id, "stdout"])
+            .env("TOOLGATE_SERVER", format!("https://{grpc}"))
+            .env("TOOLGATE_TOKEN", &agent)
+            .env("TOOLGATE_CA", &toolgate_testkit::api::TestTls::get().cert)
+            .output()
+            .expect("toolgate runs");
+        assert!(
+            fetched.status.success(),
+            "{}",
+            String::from_utf8_lossy(&fetched.stderr)
+        );
+        let name = read.id.rsplit('/').next().expect("a call name");
+        assert_eq!(fetched.stdout, d.stdout_in_bucket(name));
         let path = serde_json::json!({"path": ".env"});
         let dotenv = run(&mut api, &agent, &ns, "file.read", path, "read", ENDED).await;
         assert_eq!(dotenv.phase, "Failed", "{dotenv:?}");
@@ -718,11 +815,20 @@ fn the_demo_through_grpc() {
         shown = format!(
             "{view:?} {read:?} {dotenv:?} {search:?} {fix:?} {delete:?} {done:?} {x:?} {kinds:?}"
         );
+        ran = vec![read.id, dotenv.id, search.id, fix.id, done.id];
+        refused_id = delete.id;
     });
     assert_eq!(d.file("src/serializer.ts"), FIXED);
     let filed = d.tracker.lock().expect("lock").clone();
     assert_eq!(filed.len(), 1, "{filed:?}");
     assert_eq!(filed[0].1, format!("Bearer {TOKEN_CANARY}"));
+    let names: Vec<String> = ran
+        .iter()
+        .map(|id| id.rsplit('/').next().expect("a call name").to_string())
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let refused = refused_id.rsplit('/').next().expect("a call name");
+    d.ran_on_the_node(&names, &[refused]);
     let everything = format!("{shown}\n{}", d.surfaces());
     assert!(
         !everything.contains(DOTENV_CANARY),

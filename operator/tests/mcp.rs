@@ -5,6 +5,9 @@
 //! then an agent's ToolCall runs in its own pod, whose executor calls the server under the
 //! call's NetworkPolicy. A stdio server (PyPI `mcp-server-time`) is listed in a discovery pod of
 //! its own and its tool runs in a call's pod the same way; deleting a server deletes its tools.
+//! Every pod runs on the test cluster's real node; a stdio server's pods in the image its
+//! McpServer names, which a team builds `FROM` the executor image with the server inside (here:
+//! Python, Node.js and the suites' virtualenv and node_modules, [`mcp_image`]).
 
 mod support;
 
@@ -12,8 +15,28 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::node_emulator::{self, NodeConfig};
-use support::{jsonpath, kubectl, ok, prepare, start_operator, wait_for};
+use support::node::{self, Extra};
+use support::{jsonpath, kubectl, ok, prepare, wait_for};
+
+/// The executor image with the MCP servers the suites run over stdio: Python and the
+/// virtualenv of the PyPI servers, Node.js and the npm servers, each at the path it has here.
+fn mcp_image(venv: &std::path::Path, node_modules: &std::path::Path) -> String {
+    // One image for every suite here: built and imported once.
+    node::executor_image_with(
+        "mcp",
+        &[
+            Extra::Package("python3"),
+            Extra::Tree(venv.to_path_buf()),
+            Extra::Package("nodejs"),
+            Extra::Tree(node_modules.to_path_buf()),
+        ],
+    )
+}
+
+/// The cluster, its real node and the MCP servers are all here.
+fn have_all() -> bool {
+    toolgate_testkit::have_cluster() && node::have_node()
+}
 
 fn python_servers() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("TOOLGATE_MCP_SERVERS") {
@@ -68,16 +91,24 @@ fn everything(node: &std::path::Path, port: u16) -> Everything {
     Everything(child)
 }
 
-fn manifests(ns: &str, url: &str, venv: &std::path::Path, enabled: &str, time: &str) -> String {
+fn manifests(
+    ns: &str,
+    url: &str,
+    venv: &std::path::Path,
+    image: &str,
+    enabled: &str,
+    time: &str,
+) -> String {
     let venv = venv.display();
-    format!(
+    let host = node::host_ip();
+    let manifests = format!(
         r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
 metadata: {{name: mcp-http, namespace: {ns}}}
 spec:
   mode: read_only
   filesystem: {{readRoots: [], writeRoots: []}}
-  network: {{egress: allowlist, allowDomains: ["127.0.0.1"], denyPrivateNetworks: false}}
+  network: {{egress: allowlist, allowDomains: ["{host}"], denyPrivateNetworks: false}}
   environment: {{inheritedEnv: [PATH, LANG]}}
   process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
 ---
@@ -106,7 +137,7 @@ kind: McpServer
 metadata: {{name: time, namespace: {ns}}}
 spec:
   command: ["{venv}/bin/mcp-server-time", "--local-timezone", "UTC"]
-  image: toolgate-executor-mcp-time:1.0
+  image: {image}
   trustLevel: first_party
   sandboxPolicyRef: {{name: mcp-time}}
   rediscoverSeconds: 30
@@ -121,36 +152,30 @@ spec:
   scopes: ["mcp:everything", "mcp:time"]
   reason: the reference server's echo, reviewed
 "#
-    )
+    );
+    node::on_the_node(&manifests)
 }
 
 #[test]
 fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_pod() {
-    if !toolgate_testkit::have_cluster() {
+    if !have_all() {
         return;
     }
-    let (Some(node), Some(venv)) = (node_servers(), python_servers()) else {
+    let (Some(node_modules), Some(venv)) = (node_servers(), python_servers()) else {
         return;
     };
     let port = support::free_port();
-    let _server = everything(&node, port);
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let _server = everything(&node_modules, port);
+    // On the machine's end of the node's link, where the call's pod reaches it.
+    let url = format!("http://{}:{port}/mcp", node::host_ip());
+    let image = mcp_image(&venv, &node_modules);
     let ns = prepare("tg-mcp");
     ok(
         &["apply", "-f", "-"],
-        Some(&manifests(&ns, &url, &venv, "", "")),
+        Some(&manifests(&ns, &url, &venv, &image, "", "")),
     );
     support::apply_agent_access(&ns);
-    let _operator = start_operator(&ns, &[]);
-    let _emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        // The emulated executor image carries the stdio server (its virtualenv).
-        shared: vec![
-            std::env::temp_dir().join("toolgate-operator-test-artifacts"),
-            venv.clone(),
-        ],
-    });
+    let _operator = node::start_operator(&ns, "mcp-artifacts", &[]);
 
     // Listed and registered, out of every view: discovered, owned by the server.
     wait_for(
@@ -198,7 +223,7 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
             "tooldescriptor/time.get-current-time",
             "{.spec.execution.image}"
         ),
-        "toolgate-executor-mcp-time:1.0"
+        image
     );
     support::until("the discovery pod to go", || {
         kubectl(&["get", "pod", "tg-mcp-time", "-n", &ns], None)
@@ -226,6 +251,7 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
             &ns,
             &url,
             &venv,
+            &image,
             &format!("{{tool: echo, digest: \"{digest}\"}}"),
             &format!("{{tool: get_current_time, digest: \"{time_digest}\"}}"),
         )),
@@ -304,10 +330,13 @@ fn an_mcp_server_on_the_cluster_is_discovered_reviewed_and_its_tool_runs_in_a_po
 /// call that waited for an approval of the old version ends (`ToolChanged`).
 #[test]
 fn a_changed_tool_on_the_cluster_ends_the_calls_waiting_for_it() {
-    if !toolgate_testkit::have_cluster() {
+    if !have_all() {
         return;
     }
-    let Some(venv) = python_servers() else { return };
+    let (Some(node_modules), Some(venv)) = (node_servers(), python_servers()) else {
+        return;
+    };
+    let image = mcp_image(&venv, &node_modules);
     let dir = tempfile::tempdir().expect("dir");
     let server_dir = dir.path().join("notes-server");
     std::fs::create_dir_all(&server_dir).expect("server dir");
@@ -323,14 +352,17 @@ fn a_changed_tool_on_the_cluster_ends_the_calls_waiting_for_it() {
     )
     .expect("desc");
     let ns = prepare("tg-mcp-rug");
+    // The server's folder is the workspace of its pods (a volume): what the suite changes there,
+    // the next discovery sees.
+    let _volume = node::workspace_volume(&ns, "notes", &server_dir);
     let manifests = |enabled: &str| {
-        format!(
+        node::on_the_node(&format!(
             r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
 metadata: {{name: mcp-notes, namespace: {ns}}}
 spec:
   mode: read_only
-  filesystem: {{readRoots: ["{venv}", "{dir}"], writeRoots: []}}
+  filesystem: {{cwd: workspace, workspaceClaimName: notes, readRoots: [workspace, "{venv}"], writeRoots: []}}
   network: {{egress: none}}
   environment: {{inheritedEnv: [PATH, LANG]}}
   process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
@@ -339,7 +371,8 @@ apiVersion: toolgate.dev/v1alpha1
 kind: McpServer
 metadata: {{name: notes, namespace: {ns}}}
 spec:
-  command: ["{venv}/bin/python", "{dir}/notes_server.py"]
+  command: ["{venv}/bin/python", "/workspace/notes_server.py"]
+  image: {image}
   trustLevel: workspace
   sandboxPolicyRef: {{name: mcp-notes}}
   rediscoverSeconds: 2
@@ -355,21 +388,11 @@ spec:
   reason: the notes server, reviewed
 "#,
             venv = venv.display(),
-            dir = server_dir.display(),
-        )
+        ))
     };
     ok(&["apply", "-f", "-"], Some(&manifests("")));
     support::apply_agent_access(&ns);
-    let _operator = start_operator(&ns, &[]);
-    let _emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        shared: vec![
-            std::env::temp_dir().join("toolgate-operator-test-artifacts"),
-            venv.clone(),
-            server_dir.clone(),
-        ],
-    });
+    let _operator = node::start_operator(&ns, "mcp-rug-artifacts", &[]);
     wait_for(
         &ns,
         "tooldescriptor/notes.erase-note",
@@ -469,16 +492,18 @@ spec:
 }
 
 /// npm `server-filesystem` and PyPI `mcp-server-git` on the cluster: each listed in its
-/// discovery pod, enabled from the status and called in a call's pod (the emulated executor
-/// image carries Node's packages and the virtualenv; the repository is one the suite made).
+/// discovery pod, enabled from the status and called in a call's pod (the image the servers
+/// name carries Node.js, Python, the npm packages and the virtualenv; the repository is one the
+/// suite made, the pods' workspace volume).
 #[test]
 fn the_filesystem_and_git_servers_run_in_pods_on_the_cluster() {
-    if !toolgate_testkit::have_cluster() {
+    if !have_all() {
         return;
     }
     let (Some(node), Some(venv)) = (node_servers(), python_servers()) else {
         return;
     };
+    let image = mcp_image(&venv, &node);
     let repo = tempfile::tempdir().expect("repo");
     std::fs::write(repo.path().join("README.md"), "a repository\n").expect("file");
     for args in [
@@ -501,16 +526,18 @@ fn the_filesystem_and_git_servers_run_in_pods_on_the_cluster() {
             .expect("git");
         assert!(ok.success(), "git {args:?}");
     }
-    let repo_path = repo.path().display().to_string();
+    // Where the servers see it: the pods' workspace.
+    let repo_path = "/workspace";
     let ns = prepare("tg-mcp-ref");
+    let _volume = node::workspace_volume(&ns, "repo", repo.path());
     let manifests = |enabled: &dyn Fn(&str) -> String| {
-        format!(
+        node::on_the_node(&format!(
             r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
 metadata: {{name: mcp-ref, namespace: {ns}}}
 spec:
   mode: read_only
-  filesystem: {{cwd: workspace, readRoots: [workspace, "{venv}", "{node}", "{repo}"], writeRoots: []}}
+  filesystem: {{cwd: workspace, workspaceClaimName: repo, readRoots: [workspace, "{venv}", "{node}"], writeRoots: []}}
   network: {{egress: none}}
   environment: {{inheritedEnv: [PATH, LANG]}}
   process: {{timeoutMs: 30000, maxMemoryMb: 512, maxProcesses: 64, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
@@ -520,6 +547,7 @@ kind: McpServer
 metadata: {{name: filesystem, namespace: {ns}}}
 spec:
   command: ["{node}/node_modules/.bin/mcp-server-filesystem", "/workspace"]
+  image: {image}
   trustLevel: first_party
   sandboxPolicyRef: {{name: mcp-ref}}
   rediscoverSeconds: 60
@@ -530,6 +558,7 @@ kind: McpServer
 metadata: {{name: git, namespace: {ns}}}
 spec:
   command: ["{venv}/bin/mcp-server-git"]
+  image: {image}
   trustLevel: first_party
   sandboxPolicyRef: {{name: mcp-ref}}
   rediscoverSeconds: 60
@@ -546,24 +575,13 @@ spec:
 "#,
             venv = venv.display(),
             node = node.display(),
-            repo = repo_path,
             fs = enabled("filesystem"),
             git = enabled("git"),
-        )
+        ))
     };
     ok(&["apply", "-f", "-"], Some(&manifests(&|_| String::new())));
     support::apply_agent_access(&ns);
-    let _operator = start_operator(&ns, &[]);
-    let _emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        shared: vec![
-            std::env::temp_dir().join("toolgate-operator-test-artifacts"),
-            venv.clone(),
-            node.clone(),
-            repo.path().to_path_buf(),
-        ],
-    });
+    let _operator = node::start_operator(&ns, "mcp-ref-artifacts", &[]);
     let cases = [
         (
             "filesystem",

@@ -1,6 +1,6 @@
 //! One scenario suite, written once, run on both backends through the gRPC API: the embedded
-//! runtime (`toolgate local`) and the operator on the test control plane (with the node
-//! emulator). Each scenario records the call's steps (condition type, status and reason, in
+//! runtime (`toolgate local`) and the operator on the test cluster (each call a pod on its real
+//! node, artifacts in a real S3 bucket). Each scenario records the call's steps (condition type, status and reason, in
 //! order, as WatchCall tells them); the suite fails when the two backends disagree on any of them.
 //! This is the test that keeps the two runtimes one lifecycle.
 
@@ -11,8 +11,8 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
 use futures::StreamExt;
-use support::node_emulator::{self, NodeConfig};
-use support::{authorized as req, have_cluster, ok, prepare, root, start_operator, token_of};
+use support::node;
+use support::{authorized as req, have_cluster, ok, prepare, root, token_of};
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
@@ -122,28 +122,26 @@ async fn local() -> Backend {
 }
 
 async fn cluster() -> Option<Backend> {
-    if !have_cluster() {
+    if !have_cluster() || !node::have_node() {
         return None;
     }
     let ns = prepare("tg-scenarios");
-    ok(&["apply", "-f", "-"], Some(&manifests(&ns)));
+    ok(
+        &["apply", "-f", "-"],
+        Some(&node::on_the_node(&manifests(&ns))),
+    );
     support::apply_agent_access(&ns);
     let grpc = format!("127.0.0.1:{}", support::free_port());
     let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
-    let operator = start_operator(&ns, &tls);
-    let emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
-    });
+    let on_node = node::start_operator(&ns, "scenario-artifacts", &tls);
     Some(Backend {
         name: "cluster",
         client: toolgate_testkit::api::grpc_tls_client(&grpc).await,
         agent: token_of("agent"),
         reviewer: token_of("reviewer"),
         namespace: ns,
-        _keep: Box::new((operator, emulator)),
+        _keep: Box::new(on_node),
     })
 }
 

@@ -2,15 +2,16 @@
 //! (`kubectl create configmap --from-file`), the operator registering its declared script as a
 //! ToolDescriptor it owns (`discovered` until the digest in its status is enabled), the agent
 //! API serving the instructions (GetSkill, the view's skills), the script running as its tool in
-//! a call's pod from the descriptor (the pod never mounts the ConfigMap), and a changed script
+//! a call's pod on the real node, in the executor image (whose python3 is the example skill's
+//! interpreter), from the descriptor (the pod never mounts the ConfigMap), and a changed script
 //! sending the tool back to `discovered` with an Event.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use support::node_emulator::{self, NodeConfig};
-use support::{jsonpath, kubectl, ok, prepare, start_operator, wait_for};
+use support::node;
+use support::{jsonpath, kubectl, ok, prepare, wait_for};
 use toolgate_proto::v1 as pb;
 
 /// A script that reports where it runs from and what it can see of the skill.
@@ -62,7 +63,7 @@ fn probe_config_map(ns: &str, script: &str) -> String {
 
 #[test]
 fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_pod() {
-    if !toolgate_testkit::have_cluster() {
+    if !toolgate_testkit::have_cluster() || !node::have_node() {
         return;
     }
     let port = support::free_port();
@@ -70,10 +71,7 @@ fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_
     let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
     let ns = prepare("tg-skill");
-    let policies = std::fs::read_to_string(support::root().join("examples/sandbox-policies.yaml"))
-        .expect("policies")
-        .replace("namespace: team-a", &format!("namespace: {ns}"));
-    ok(&["apply", "-f", "-"], Some(&policies));
+    ok(&["apply", "-f", "-"], Some(&node::example_policies(&ns)));
     // The example skill, as a platform team ships it: its folder as a ConfigMap.
     let folder = support::root().join("examples/skills/fix-failing-test");
     let from = |f: &str| format!("--from-file={}", folder.join(f).display());
@@ -105,12 +103,7 @@ fn a_skill_on_the_cluster_teaches_through_the_api_and_its_script_runs_in_a_call_
         )),
     );
     support::apply_agent_access(&ns);
-    let _operator = start_operator(&ns, &tls);
-    let _emulator = node_emulator::start(NodeConfig {
-        namespace: ns.clone(),
-        executor: node_emulator::executor_binary(),
-        shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
-    });
+    let _operator = node::start_operator(&ns, "skill-artifacts", &tls);
 
     // Read and registered: the tool discovered and owned by the Skill, the status saying what a
     // reviewer enables and which script never runs.

@@ -10,14 +10,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::node_emulator::{self, NodeConfig};
-use support::{
-    have_cluster, jsonpath, kubectl, ok, operator_log, prepare, start_operator, wait_for,
-};
+use support::node;
+use support::{have_cluster, jsonpath, kubectl, ok, operator_log, prepare, wait_for};
 use toolgate_testkit::fixtures::Tool;
+use toolgate_testkit::moto::Moto;
 use toolgate_testkit::vault::{TestVault, have_vault};
 
 const CANARY: &str = "canary-vault-cluster-credential-7e21";
+const BUCKET: &str = "vault-artifacts";
 
 /// What the operator's Vault role may do.
 const OPERATOR_POLICY: &str = r#"
@@ -62,7 +62,7 @@ struct Suite {
     ns: String,
     vault: TestVault,
     operator: Option<support::Operator>,
-    _emulator: node_emulator::NodeEmulator,
+    store: Moto,
     token_dir: tempfile::TempDir,
 }
 
@@ -76,7 +76,7 @@ impl Drop for Suite {
 
 impl Suite {
     fn new(prefix: &str) -> Option<Suite> {
-        if !have_cluster() || !have_vault() {
+        if !have_cluster() || !node::have_node() || !have_vault() {
             return None;
         }
         let ns = prepare(prefix);
@@ -88,9 +88,7 @@ impl Suite {
             )
         };
         let mut docs = vec![
-            std::fs::read_to_string(support::root().join("examples/sandbox-policies.yaml"))
-                .expect("policies")
-                .replace("namespace: team-a", &format!("namespace: {ns}")),
+            node::example_policies(&ns),
             binding(
                 "kv-bot",
                 "{engine: kv2, mount: secret, path: team-a/bot, field: token}",
@@ -122,11 +120,7 @@ impl Suite {
         let token_dir = tempfile::tempdir().expect("token dir");
         let suite = Suite {
             operator: None,
-            _emulator: node_emulator::start(NodeConfig {
-                namespace: ns.clone(),
-                executor: node_emulator::executor_binary(),
-                shared: vec![std::env::temp_dir().join("toolgate-operator-test-artifacts")],
-            }),
+            store: node::artifact_store(BUCKET),
             ns,
             vault,
             token_dir,
@@ -140,8 +134,10 @@ impl Suite {
         let file = self.token_dir.path().join("token");
         std::fs::write(&file, sa_token("toolgate-system", "toolgate-operator")).expect("token");
         let file = file.display().to_string();
-        self.operator = Some(start_operator(
+        self.operator = Some(node::operator_for(
             &self.ns,
+            &self.store,
+            BUCKET,
             &[
                 "--vault-addr",
                 &self.vault.addr,

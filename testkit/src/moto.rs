@@ -93,4 +93,19 @@ impl Moto {
         );
         got[split..].to_vec()
     }
+
+    /// The keys of every object in a bucket (ListObjectsV2, up to its first thousand).
+    pub fn keys(&self, bucket: &str) -> Vec<String> {
+        let listed = self.request("GET", &format!("/{bucket}?list-type=2"));
+        let listed = String::from_utf8_lossy(&listed);
+        assert!(
+            listed.starts_with("HTTP/1.1 200"),
+            "listing {bucket}: {listed}"
+        );
+        listed
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|k| k.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
 }

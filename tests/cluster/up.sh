@@ -136,8 +136,8 @@ CA="$DIR/certs/apiserver.crt"
 # namespace (pods need one) and binding claims to volumes come from the controller manager; so
 # do what the operator installed by Helm needs: Deployments and ReplicaSets, the EndpointSlices
 # of its Service (kube-proxy routes by them) and the kube-root-ca.crt ConfigMap its
-# service-account token volume mounts. Not the node lifecycle controller (it would evict the
-# node emulator's pods).
+# service-account token volume mounts. Not the node lifecycle controller (the node's not-ready
+# taint is lifted below once the kubelet says Ready; nothing here needs evictions).
 "$BIN/kube-controller-manager" --kubeconfig "$DIR/kubeconfig" --secure-port=0 --leader-elect=false \
   --root-ca-file="$DIR/certs/apiserver.crt" \
   --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,persistentvolume-binder-controller,deployment-controller,replicaset-controller,endpointslice-controller,root-ca-certificate-publisher-controller >"$DIR/controller-manager.log" 2>&1 &
@@ -280,7 +280,7 @@ if [ -z "${NODE_READY:-}" ]; then
   exit 1
 fi
 # The kubelet registers with the not-ready taint that the node lifecycle controller lifts once
-# the node is Ready; that controller does not run here (it would evict the node emulator's pods).
+# the node is Ready; that controller does not run here, so it is lifted here.
 "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" taint node toolgate-node node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
 # The NetworkPolicy enforcer, in the node's network namespace, once the node it serves exists;
 # ready when it has written its chains there.

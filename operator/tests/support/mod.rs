@@ -1,10 +1,8 @@
-//! Test infrastructure shared by the operator's suites: kubectl against the test control plane
-//! (tests/cluster), namespaces, the operator process, the cluster's real node and the node
-//! emulator.
+//! Test infrastructure shared by the operator's suites: kubectl against the test cluster
+//! (tests/cluster), namespaces, the operator process and the cluster's real node.
 #![allow(dead_code, reason = "each suite uses a part")]
 
 pub mod node;
-pub mod node_emulator;
 
 #[allow(unused_imports, reason = "each suite uses a part")]
 pub use toolgate_testkit::api::{authorized, grpc_client, wait_call};
@@ -36,9 +34,38 @@ pub fn operator_log() -> String {
     .unwrap_or_default()
 }
 
+/// The admin client of the test cluster.
+pub async fn admin_client() -> kube::Client {
+    let path = std::env::var_os("TOOLGATE_KUBECONFIG").expect("TOOLGATE_KUBECONFIG");
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions {
+            context: Some("admin".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("admin config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The `toolgate-executor` built beside the test binaries (`cargo test --workspace` builds it):
+/// what the executor image holds.
+pub fn executor_binary() -> std::path::PathBuf {
+    let operator = std::path::PathBuf::from(env!("CARGO_BIN_EXE_toolgate-operator"));
+    let exe = operator.with_file_name("toolgate-executor");
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (cargo build -p toolgate-executor; tests/run.sh does)",
+        exe.display()
+    );
+    exe
+}
+
 /// The `toolgate` binary beside the test binaries (`cargo test --workspace` builds it).
 pub fn toolgate_cli() -> std::path::PathBuf {
-    let exe = node_emulator::executor_binary().with_file_name("toolgate");
+    let exe = executor_binary().with_file_name("toolgate");
     assert!(
         exe.is_file(),
         "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
@@ -153,19 +180,15 @@ pub fn prepare(prefix: &str) -> String {
 }
 
 /// The operator binary for one namespace, running as its own identity (the shipped
-/// least-privilege role) until dropped, its artifacts in a folder shared with the node
-/// emulator; `extra` adds arguments.
+/// least-privilege role) until dropped, its artifacts in a local folder: for the suites whose
+/// calls run no pod (registration); [`node::start_operator`] runs calls on the real node.
+/// `extra` adds arguments.
 pub fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
     let artifacts = std::env::temp_dir().join("toolgate-operator-test-artifacts");
     let mut args = vec![
         "--artifacts-dir".to_string(),
         artifacts.display().to_string(),
     ];
-    // The node emulator enforces no NetworkPolicy: its pods would fail the egress gate (a suite
-    // that asks for the gate, to see it fail closed, names it).
-    if !extra.contains(&"--egress-gate-ms") {
-        args.extend(["--egress-gate-ms".to_string(), "0".to_string()]);
-    }
     args.extend(extra.iter().map(|s| s.to_string()));
     spawn_operator(namespace, &args, &[])
 }

@@ -3,7 +3,7 @@
 //!
 //! The node is tainted and labelled `toolgate.dev/test-node`; a call's pod lands on it through
 //! the RuntimeClass `RUNTIME_CLASS` (runc, with that node selector and toleration) named by its
-//! SandboxPolicy, so the node emulator's suites and this node never meet. The executor image is
+//! SandboxPolicy ([`on_the_node`] puts a suite's policies there). The executor image is
 //! this build's `toolgate-executor` with the files `executor/Containerfile` installs
 //! (tests/cluster/node/image.py), imported into the node's containerd once per build.
 
@@ -12,8 +12,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
+use toolgate_testkit::moto::Moto;
 
-use super::{node_emulator, root};
+use super::{executor_binary, root};
 
 /// The RuntimeClass that puts a pod on the real node.
 pub const RUNTIME_CLASS: &str = "toolgate-test-node";
@@ -83,8 +84,9 @@ pub fn operator_image() -> String {
         .get_or_init(|| {
             build_image(
                 "operator",
+                "",
                 &PathBuf::from(env!("CARGO_BIN_EXE_toolgate-operator")),
-                None,
+                &[],
             )
         })
         .clone()
@@ -97,7 +99,7 @@ pub fn probe_image() -> String {
     IMAGE
         .get_or_init(|| {
             let source = root().join("tests/cluster/node/tcp-probe.c");
-            let dir = node_emulator::executor_binary()
+            let dir = executor_binary()
                 .parent()
                 .expect("target dir")
                 .join("toolgate-tcp-probe");
@@ -120,31 +122,109 @@ pub fn probe_image() -> String {
 }
 
 fn build_executor_image(probe: Option<PathBuf>) -> String {
-    build_image("executor", &node_emulator::executor_binary(), probe)
+    let extras: Vec<Extra> = probe
+        .into_iter()
+        .map(|p| Extra::File(p, "/usr/local/bin/tcp-probe"))
+        .collect();
+    let variant = if extras.is_empty() { "" } else { "-probe" };
+    build_image("executor", variant, &executor_binary(), &extras)
+}
+
+/// What a suite adds to the executor image, as a team whose tools need more builds `FROM` it.
+pub enum Extra {
+    /// A file of this machine at a path of the image.
+    File(PathBuf, &'static str),
+    /// A folder of this machine at the same path in the image (a virtualenv, node_modules).
+    Tree(PathBuf),
+    /// A Debian package of this machine, with the packages it depends on.
+    Package(&'static str),
+}
+
+/// The executor image with `extras`, tagged `toolgate.test/executor-<variant>:<digest>`: built
+/// and imported once per test process and set of inputs.
+pub fn executor_image_with(variant: &str, extras: &[Extra]) -> String {
+    static IMAGES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    // A suite whose image failed to build panicked holding it: the others try again.
+    let mut images = IMAGES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, tag)) = images.iter().find(|(v, _)| v == variant) {
+        return tag.clone();
+    }
+    let tag = build_image(
+        "executor",
+        &format!("-{variant}"),
+        &executor_binary(),
+        extras,
+    );
+    images.push((variant.to_string(), tag.clone()));
+    tag
+}
+
+/// What identifies a folder's content for an image's tag: each file's path, size and
+/// modification time.
+fn digest_tree(digest: &mut Sha256, dir: &std::path::Path) {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)
+            .expect("read a folder of the image")
+            .flatten()
+        {
+            let path = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else {
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                seen.push(format!("{} {} {:?}", path.display(), meta.len(), mtime));
+            }
+        }
+    }
+    seen.sort();
+    digest.update(seen.join("\n"));
 }
 
 /// The image of `component` (`<component>/Containerfile`, its binary from `binary`'s folder,
-/// optionally `tcp-probe` added), tagged by the digest of its inputs and imported once.
-fn build_image(component: &str, binary: &std::path::Path, probe: Option<PathBuf>) -> String {
+/// `extras` added), tagged by the digest of its inputs and imported once.
+fn build_image(
+    component: &str,
+    variant: &str,
+    binary: &std::path::Path,
+    extras: &[Extra],
+) -> String {
     let containerfile = root().join(component).join("Containerfile");
     let mut digest = Sha256::new();
-    let mut inputs = vec![
+    let inputs = [
         binary.to_path_buf(),
         containerfile.clone(),
         root().join("tests/cluster/node/image.py"),
     ];
-    inputs.extend(probe.clone());
     for input in &inputs {
         digest.update(std::fs::read(input).expect("read an input of the image"));
     }
+    for extra in extras {
+        match extra {
+            Extra::File(src, dest) => {
+                digest.update(std::fs::read(src).expect("read an input of the image"));
+                digest.update(dest);
+            }
+            Extra::Tree(dir) => digest_tree(&mut digest, dir),
+            Extra::Package(name) => digest.update(name),
+        }
+    }
     let tag = format!(
-        "toolgate.test/{component}{}:{}",
-        if probe.is_some() { "-probe" } else { "" },
+        "toolgate.test/{component}{variant}:{}",
         &hex::encode(digest.finalize())[..16]
     );
     let dir = binary.parent().expect("target dir").to_path_buf();
-    let lock =
-        std::fs::File::create(dir.join(format!("toolgate-{component}-image.lock"))).expect("lock");
+    let lock = std::fs::File::create(dir.join(format!("toolgate-{component}{variant}-image.lock")))
+        .expect("lock");
     lock.lock().expect("lock the image build");
     let listed = ctr(&["images", "ls", "-q"]);
     if String::from_utf8_lossy(&listed.stdout)
@@ -153,7 +233,7 @@ fn build_image(component: &str, binary: &std::path::Path, probe: Option<PathBuf>
     {
         return tag;
     }
-    let tar = dir.join(format!("toolgate-{component}-image.tar"));
+    let tar = dir.join(format!("toolgate-{component}{variant}-image.tar"));
     let mut build = Command::new("python3");
     build
         .arg(root().join("tests/cluster/node/image.py"))
@@ -163,10 +243,16 @@ fn build_image(component: &str, binary: &std::path::Path, probe: Option<PathBuf>
         .arg(&dir)
         .arg("--out")
         .arg(&tar);
-    if let Some(p) = &probe {
-        build
-            .arg("--add")
-            .arg(format!("{}:/usr/local/bin/tcp-probe", p.display()));
+    for extra in extras {
+        match extra {
+            Extra::File(src, dest) => build.arg("--add").arg(format!("{}:{dest}", src.display())),
+            Extra::Tree(dir) => {
+                build
+                    .arg("--add")
+                    .arg(format!("{}:{}", dir.display(), dir.display()))
+            }
+            Extra::Package(name) => build.arg("--package").arg(name),
+        };
     }
     let built = build.output().expect("python3 runs");
     assert!(
@@ -203,4 +289,138 @@ pub fn install_runtime_class() {
          scheduling:\n  nodeSelector: {{toolgate.dev/test-node: \"true\"}}\n  \
          tolerations: [{{key: toolgate.dev/test-node, operator: Equal, value: \"true\", effect: NoSchedule}}]\n"
     ));
+}
+
+/// `manifests` with every SandboxPolicy putting its calls on the real node (its RuntimeClass in
+/// place of any other): how a suite's policies, the examples' among them, reach this cluster.
+pub fn on_the_node(manifests: &str) -> String {
+    manifests
+        .replace("  runtimeClassName: gvisor\n", "")
+        .replace(
+            "\nspec:\n  mode: ",
+            &format!("\nspec:\n  runtimeClassName: {RUNTIME_CLASS}\n  mode: "),
+        )
+}
+
+/// The example sandbox policies in `ns`, on the real node.
+pub fn example_policies(ns: &str) -> String {
+    on_the_node(
+        &std::fs::read_to_string(root().join("examples/sandbox-policies.yaml"))
+            .expect("examples/sandbox-policies.yaml")
+            .replace("namespace: team-a}", &format!("namespace: {ns}}}")),
+    )
+}
+
+/// An operator for `ns` (started as [`super::start_operator_s3`], with `extra` arguments) whose
+/// calls run on the real node in the executor image, their artifacts in `bucket` of a moto on
+/// the machine's end of the node's link; the RuntimeClass installed. Both end when dropped.
+pub fn start_operator(ns: &str, bucket: &str, extra: &[&str]) -> (super::Operator, Moto) {
+    let store = artifact_store(bucket);
+    let operator = operator_for(ns, &store, bucket, extra);
+    (operator, store)
+}
+
+/// A moto on the machine's end of the node's link with `bucket` made, the RuntimeClass
+/// installed: what [`operator_for`] needs.
+pub fn artifact_store(bucket: &str) -> Moto {
+    install_runtime_class();
+    let store = Moto::start(&host_ip());
+    store.create_bucket(bucket);
+    store
+}
+
+/// Another operator for `ns` like [`start_operator`]'s, on the same store (a restart, a
+/// standby).
+pub fn operator_for(ns: &str, store: &Moto, bucket: &str, extra: &[&str]) -> super::Operator {
+    let image = executor_image();
+    let mut args = vec!["--executor-image", image.as_str()];
+    args.extend_from_slice(extra);
+    super::start_operator_s3(ns, (&store.host, store.port), bucket, &args)
+}
+
+/// The pods of `ns` whose container the kubelet started, from its `Started` events: (pod name,
+/// pod uid), one entry per start. What ran on the node, whatever became of the pods since.
+pub fn pods_started(ns: &str) -> Vec<(String, String)> {
+    let listed = super::kubectl(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=Started,involvedObject.kind=Pod",
+            "-o",
+            "jsonpath={range .items[*]}{.involvedObject.name} {.involvedObject.uid} {.count}{\"\\n\"}{end}",
+        ],
+        None,
+    )
+    .1;
+    let mut started = Vec::new();
+    for line in listed.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(pod), Some(uid)) = (f.next(), f.next()) else {
+            continue;
+        };
+        // The kubelet folds a repeated event into one with a count.
+        let count = f.next().and_then(|c| c.parse().ok()).unwrap_or(1usize);
+        started.extend(std::iter::repeat_n(
+            (pod.to_string(), uid.to_string()),
+            count.max(1),
+        ));
+    }
+    started
+}
+
+/// The starts of pod `pod` in `ns` ([`pods_started`]), once at least `at_least` are recorded
+/// (events reach the API server a moment after the container starts) or 30 s passed.
+pub fn starts_of(ns: &str, pod: &str, at_least: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let uids: Vec<String> = pods_started(ns)
+            .into_iter()
+            .filter(|(p, _)| p == pod)
+            .map(|(_, uid)| uid)
+            .collect();
+        if uids.len() >= at_least || std::time::Instant::now() > deadline {
+            return uids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// The executor image's user (`executor/Containerfile`): the one tools run as.
+pub const IMAGE_USER: &str = "65532:65532";
+
+/// A hostPath PersistentVolume at a folder of this machine, bound to a claim: a team's checkout
+/// as the workspace of the calls whose SandboxPolicy names the claim (`workspaceClaimName`).
+/// The volume is deleted when dropped (the claim goes with its namespace).
+pub struct WorkspaceVolume {
+    pv: String,
+}
+
+impl Drop for WorkspaceVolume {
+    fn drop(&mut self) {
+        let _ = super::kubectl(&["delete", "pv", &self.pv, "--wait=false"], None);
+    }
+}
+
+/// Make `dir` the volume of claim `claim` in `ns`, owned by the image's user as a checkout is by
+/// the CI user who made it, and wait until the claim is bound.
+pub fn workspace_volume(ns: &str, claim: &str, dir: &std::path::Path) -> WorkspaceVolume {
+    let owned = Command::new("chown")
+        .args(["-R", IMAGE_USER])
+        .arg(dir)
+        .status()
+        .expect("chown");
+    assert!(owned.success(), "chown {}", dir.display());
+    let pv = format!("{claim}-{ns}");
+    super::ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  hostPath: {{path: {}, type: Directory}}\n  claimRef: {{namespace: {ns}, name: {claim}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {claim}, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  volumeName: {pv}\n  resources: {{requests: {{storage: 1Gi}}}}\n",
+            dir.display()
+        )),
+    );
+    super::eventually(ns, &format!("pvc/{claim}"), "{.status.phase}", "Bound");
+    WorkspaceVolume { pv }
 }
