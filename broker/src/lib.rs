@@ -199,6 +199,28 @@ impl CredentialBroker for NoBroker {
 /// secret/team-a/github-issues-bot:
 ///   token: ghp_example
 /// ```
+/// Read a file that holds a credential, refusing one that users other than this process's can
+/// read: mode 600, or group-readable (640, 440) when its group is the one this process runs as —
+/// a Kubernetes Secret volume's file, which is root's and readable through the pod's fsGroup.
+pub(crate) fn read_private(path: &Path, what: &str) -> Result<String, BrokerError> {
+    use std::os::unix::fs::MetadataExt;
+    let show = path.display();
+    let meta =
+        std::fs::metadata(path).map_err(|e| BrokerError::Source(format!("{what} {show}: {e}")))?;
+    let mode = meta.mode() & 0o777;
+    let group_is_ours = meta.gid() == nix::unistd::getegid().as_raw();
+    if mode & 0o007 != 0 || (mode & 0o070 != 0 && !group_is_ours) || mode & 0o022 != 0 {
+        return Err(BrokerError::Source(format!(
+            "{what} {show}: mode {mode:o} (group {}) lets others read or change it; expected 600, \
+             or 640 with the group this process runs as (chmod 600 {show})",
+            meta.gid()
+        )));
+    }
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| BrokerError::Source(format!("{what} {show}: {e}")))
+}
+
 #[derive(Debug)]
 pub struct FileBroker {
     path: PathBuf,
@@ -208,18 +230,8 @@ pub struct FileBroker {
 impl FileBroker {
     /// Read a secrets file; refuses one that others can read.
     pub fn load(path: &Path) -> Result<Self, BrokerError> {
-        use std::os::unix::fs::PermissionsExt;
         let show = path.display();
-        let meta = std::fs::metadata(path)
-            .map_err(|e| BrokerError::Source(format!("secrets file {show}: {e}")))?;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(BrokerError::Source(format!(
-                "secrets file {show}: mode {mode:o} lets others read it; expected 600 (chmod 600 {show})"
-            )));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BrokerError::Source(format!("secrets file {show}: {e}")))?;
+        let text = read_private(path, "secrets file")?;
         let raw: BTreeMap<String, BTreeMap<String, String>> = serde_norway::from_str(&text)
             .map_err(|e| {
                 BrokerError::Source(format!(
@@ -339,6 +351,34 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let e = FileBroker::load(&path).expect_err("refused");
         assert!(e.to_string().contains("mode 644"), "{e}");
+    }
+
+    /// A Secret volume's file as the chart mounts it (0440, root's, the pod's fsGroup): readable
+    /// by the group this process runs as, so accepted; the same mode with another group is not.
+    /// Found with the operator installed by Helm: it refused its own secrets file.
+    #[test]
+    fn a_file_readable_by_its_own_group_is_accepted_and_by_another_group_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("secrets.yaml");
+        std::fs::write(&path, "secret/team-a/bot: {token: t}\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o440)).expect("chmod");
+        let ours = std::fs::metadata(&path).expect("meta").gid();
+        assert_eq!(
+            ours,
+            nix::unistd::getegid().as_raw(),
+            "a new file has our group"
+        );
+        FileBroker::load(&path).expect("group-readable by our own group");
+        // Another group: one this process is not (root may chown; others skip this half).
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, None, Some(ours + 4242)).expect("chgrp");
+            let e = FileBroker::load(&path).expect_err("refused");
+            assert!(e.to_string().contains("mode 440"), "{e}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+        let e = FileBroker::load(&path).expect_err("group-writable");
+        assert!(e.to_string().contains("mode 660"), "{e}");
     }
 
     /// A broker that leases every value and remembers what it revoked.

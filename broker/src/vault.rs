@@ -148,23 +148,6 @@ struct RevokeLease {
 /// The Kubernetes secrets engine refuses a token shorter than the API server allows.
 const KUBERNETES_MIN_TTL_SECONDS: u32 = 600;
 
-/// Read a file that holds a credential, refusing one others can read.
-fn read_private(path: &Path, what: &str) -> Result<String, BrokerError> {
-    use std::os::unix::fs::PermissionsExt;
-    let show = path.display();
-    let meta =
-        std::fs::metadata(path).map_err(|e| BrokerError::Source(format!("{what} {show}: {e}")))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(BrokerError::Source(format!(
-            "{what} {show}: mode {mode:o} lets others read it; expected 600 (chmod 600 {show})"
-        )));
-    }
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(|e| BrokerError::Source(format!("{what} {show}: {e}")))
-}
-
 impl VaultBroker {
     /// A broker for `config`. Nothing is contacted until the first call or readiness check, so
     /// a runtime starts while Vault is down and recovers when it comes back.
@@ -172,7 +155,7 @@ impl VaultBroker {
         url_ok(&config.addr)?;
         match &config.auth {
             VaultAuth::Token { file } => {
-                read_private(file, "Vault token file")?;
+                crate::read_private(file, "Vault token file")?;
             }
             VaultAuth::AppRole { file, .. } => {
                 parse_approle(file)?;
@@ -227,7 +210,7 @@ impl VaultBroker {
     async fn login(&self, auth_role: Option<&str>) -> Result<Session, BrokerError> {
         let anonymous = self.client("")?;
         let (token, lease_seconds) = match &self.config.auth {
-            VaultAuth::Token { file } => (read_private(file, "Vault token file")?, None),
+            VaultAuth::Token { file } => (crate::read_private(file, "Vault token file")?, None),
             VaultAuth::AppRole { mount, file } => {
                 let creds = parse_approle(file)?;
                 let auth = vaultrs::auth::approle::login(
@@ -413,7 +396,7 @@ fn text_of(value: &serde_json::Value) -> String {
 }
 
 fn parse_approle(file: &Path) -> Result<AppRoleFile, BrokerError> {
-    let text = read_private(file, "AppRole file")?;
+    let text = crate::read_private(file, "AppRole file")?;
     serde_norway::from_str(&text).map_err(|e| {
         BrokerError::Source(format!(
             "AppRole file {}: expected roleId and secretId: {e}",
