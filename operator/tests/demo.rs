@@ -1,7 +1,8 @@
 //! The demo scenario of `toolgate demo`, on the test cluster with the example manifests: an
 //! agent reads, searches and fixes a file in the team's workspace volume (its `.env` refused), a
 //! destructive call is refused without a pod, and an issue is filed only after a reviewer
-//! approves it — once through kubectl, once through the gRPC API. Every call that runs is a pod
+//! approves it — once through kubectl (the operator a process here), once through the gRPC API of
+//! the operator `helm install` put in the cluster, through its Service. Every call that runs is a pod
 //! of its own, scheduled to the real node and run by its kubelet in a container of the executor
 //! image, its NetworkPolicy enforced; the full output lands in a real S3 bucket (moto) and
 //! `toolgate artifact` fetches it through the operator. The workspace is a hostPath
@@ -16,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use support::node;
 use support::{
     authorized as req, have_cluster, jsonpath, kubectl, ok, operator_log, prepare, root, token_of,
     wait_call, wait_for,
 };
+use support::{helm, node};
 use toolgate_proto::v1 as pb;
 use toolgate_testkit::moto::Moto;
 
@@ -121,15 +122,38 @@ fn example_manifests(ns: &str, tracker: &str) -> String {
     node::on_the_node(&examples)
 }
 
+/// How the demo's operator runs.
+enum Operator<'a> {
+    /// A process on this machine, with these extra arguments.
+    Process(&'a [&'a str]),
+    /// In the cluster, as `helm install` puts it, with these extra values (YAML); the credential
+    /// broker reads the file from a Secret of the release's namespace.
+    Helm(&'a str),
+}
+
+/// The operator of a demo, as it runs (held until the demo ends).
+enum Running {
+    Process(#[allow(dead_code, reason = "kept running until dropped")] support::Operator),
+    Helm(helm::Release),
+}
+
+/// The chart's broker file (`credentials.secretsFileSecret`), in the release's namespace.
+const SECRETS_SECRET: &str = "demo-credentials";
+
+/// One at a time: the release takes over (and, uninstalled, deletes) the cluster-wide objects
+/// the other run's operator needs.
+static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// One namespace with the examples, a workspace volume, the artifact bucket and the operator.
 struct Demo {
     ns: String,
     workspace: tempfile::TempDir,
     tracker: Requests,
     store: Moto,
-    _operator: support::Operator,
+    operator: Running,
     _secrets: tempfile::TempDir,
     _volume: node::WorkspaceVolume,
+    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Drop for Demo {
@@ -137,14 +161,30 @@ impl Drop for Demo {
         if std::thread::panicking() {
             support::dump(&self.ns, "toolgate,pods,pvc,networkpolicies,events");
         }
+        if matches!(self.operator, Running::Helm(_)) {
+            let _ = kubectl(
+                &[
+                    "delete",
+                    "secret",
+                    SECRETS_SECRET,
+                    "-n",
+                    helm::RELEASE_NS,
+                    "--wait=false",
+                ],
+                None,
+            );
+        }
     }
 }
 
 impl Demo {
-    fn start(prefix: &str, extra: &[&str]) -> Option<Demo> {
+    fn start(prefix: &str, operator: Operator<'_>) -> Option<Demo> {
         if !have_cluster() || !node::have_node() {
             return None;
         }
+        let one = ONE_DEMO_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ns = prepare(prefix);
         node::install_runtime_class();
         // The team's repository, on a volume the sandbox policies name.
@@ -192,9 +232,26 @@ impl Demo {
         );
         support::apply_agent_access(&ns);
         let (secrets, secrets_arg) = support::secrets_file(TOKEN_CANARY);
-        let mut args = vec!["--secrets", secrets_arg.as_str()];
-        args.extend_from_slice(extra);
-        let (operator, store) = node::start_operator(&ns, BUCKET, &args);
+        let store = node::artifact_store(BUCKET);
+        let operator = match operator {
+            Operator::Process(extra) => {
+                let mut args = vec!["--secrets", secrets_arg.as_str()];
+                args.extend_from_slice(extra);
+                Running::Process(node::operator_for(&ns, &store, BUCKET, &args))
+            }
+            Operator::Helm(extra) => {
+                let file = std::fs::read_to_string(&secrets_arg).expect("the broker's file");
+                let secret = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": SECRETS_SECRET, "namespace": helm::RELEASE_NS},
+                    "stringData": {"secrets.yaml": file},
+                });
+                ok(&["apply", "-f", "-"], Some(&secret.to_string()));
+                let values =
+                    format!("credentials: {{secretsFileSecret: {SECRETS_SECRET}}}\n{extra}");
+                Running::Helm(helm::install(&ns, &store, BUCKET, &values))
+            }
+        };
         for tool in [
             "file.read",
             "code.search",
@@ -213,9 +270,10 @@ impl Demo {
             workspace,
             tracker,
             store,
-            _operator: operator,
+            operator,
             _secrets: secrets,
             _volume: volume,
+            _one: one,
         })
     }
 
@@ -287,6 +345,16 @@ impl Demo {
             .join("\n")
     }
 
+    /// What the operator logged.
+    fn operator_log(&self) -> String {
+        match &self.operator {
+            Running::Process(_) => operator_log(),
+            Running::Helm(release) => {
+                kubectl(&["logs", "-n", helm::RELEASE_NS, &release.pod], None).1
+            }
+        }
+    }
+
     /// Everything a model-facing or operator-facing surface shows about the namespace.
     fn surfaces(&self) -> String {
         let ns = self.ns.as_str();
@@ -295,7 +363,7 @@ impl Demo {
             kubectl(&["get", "toolcalls", "-n", ns, "-o", "yaml"], None).1,
             kubectl(&["get", "events", "-n", ns, "-o", "yaml"], None).1,
             kubectl(&["describe", "toolcalls", "-n", ns], None).1,
-            operator_log(),
+            self.operator_log(),
             self.bucket()
         )
     }
@@ -338,7 +406,7 @@ fn the_demo_through_kubectl() {
         Some(j) => vec!["--otlp-endpoint", j.otlp.as_str()],
         None => vec![],
     };
-    let Some(d) = Demo::start("tg-demo-kubectl", &args) else {
+    let Some(d) = Demo::start("tg-demo-kubectl", Operator::Process(&args)) else {
         return;
     };
     let ns = d.ns.as_str();
@@ -663,19 +731,22 @@ async fn run_traced(
 
 #[test]
 fn the_demo_through_grpc() {
-    let port = support::free_port();
-    let grpc = format!("127.0.0.1:{port}");
-    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
-    let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
-    // The operator's spans go to a real collector; the issue call is traced below.
-    let jaeger =
-        toolgate_testkit::jaeger::have_jaeger().then(toolgate_testkit::jaeger::TestJaeger::start);
-    if let Some(j) = &jaeger {
-        args.extend(["--otlp-endpoint", j.otlp.as_str()]);
+    if !have_cluster() || !node::have_node() {
+        return;
     }
-    let Some(d) = Demo::start("tg-demo-grpc", &args) else {
+    // The operator's spans go to a real collector, which its pod reaches on the machine's end of
+    // the node's link; the issue call is traced below.
+    let jaeger = toolgate_testkit::jaeger::have_jaeger()
+        .then(|| toolgate_testkit::jaeger::TestJaeger::start_on(&node::host_ip()));
+    let tracing = jaeger
+        .as_ref()
+        .map(|j| format!("tracing: {{otlpEndpoint: \"{}\"}}\n", j.otlp))
+        .unwrap_or_default();
+    // The operator as users install it; the agent reaches it through its Service.
+    let Some(d) = Demo::start("tg-demo-grpc", Operator::Helm(&tracing)) else {
         return;
     };
+    let ca = helm::grpc_ca();
     let ns = d.ns.clone();
     let (agent, reviewer) = (token_of("agent"), token_of("reviewer"));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -686,7 +757,7 @@ fn the_demo_through_grpc() {
     // The calls that ran (each a pod), and the one refused before any.
     let (mut ran, mut refused_id) = (Vec::new(), String::new());
     rt.block_on(async {
-        let mut api = toolgate_testkit::api::grpc_tls_client(&grpc).await;
+        let mut api = helm::grpc_client(ca.path()).await;
         // 1. The tool view for the intent.
         let view = api
             .get_tool_view(req(
@@ -713,13 +784,7 @@ fn the_demo_through_grpc() {
         assert_eq!(read.phase, "Succeeded", "{read:?}");
         assert!(read.output_preview.contains("BUG: local time"), "{read:?}");
         // Its full output, fetched through the operator, is the bucket's object.
-        let fetched = std::process::Command::new(support::toolgate_cli())
-            .args(["artifact", &read.id, "stdout"])
-            .env("TOOLGATE_SERVER", format!("https://{grpc}"))
-            .env("TOOLGATE_TOKEN", &agent)
-            .env("TOOLGATE_CA", &toolgate_testkit::api::TestTls::get().cert)
-            .output()
-            .expect("toolgate runs");
+        let fetched = helm::toolgate(ca.path(), &["artifact", &read.id, "stdout"]);
         assert!(
             fetched.status.success(),
             "{}",

@@ -63,8 +63,14 @@ impl Span {
 }
 
 impl TestJaeger {
-    /// Start it; panics with its log if it does not come up.
+    /// Start it, receiving on loopback; panics with its log if it does not come up.
     pub fn start() -> TestJaeger {
+        TestJaeger::start_on("127.0.0.1")
+    }
+
+    /// Start it with its OTLP receiver on `host` (the test node's link address, for an operator
+    /// that runs in a pod); its query API stays on loopback.
+    pub fn start_on(host: &str) -> TestJaeger {
         let bin =
             PathBuf::from(std::env::var_os("TOOLGATE_JAEGER_BIN").expect("TOOLGATE_JAEGER_BIN"));
         let dir = tempfile::tempdir().expect("tempdir");
@@ -94,7 +100,7 @@ extensions:
 receivers:
   otlp:
     protocols:
-      grpc: {{endpoint: "127.0.0.1:{otlp}"}}
+      grpc: {{endpoint: "{host}:{otlp}"}}
 exporters:
   jaeger_storage_exporter: {{trace_storage: memory}}
 "#
@@ -112,7 +118,7 @@ exporters:
             .spawn()
             .expect("jaeger starts");
         let j = TestJaeger {
-            otlp: format!("http://127.0.0.1:{otlp}"),
+            otlp: format!("http://{host}:{otlp}"),
             query,
             child,
             dir,
@@ -120,7 +126,7 @@ exporters:
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if j.get("/api/services").is_some()
-                && std::net::TcpStream::connect(("127.0.0.1", otlp)).is_ok()
+                && std::net::TcpStream::connect((host, otlp)).is_ok()
             {
                 return j;
             }

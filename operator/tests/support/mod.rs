@@ -2,6 +2,7 @@
 //! (tests/cluster), namespaces, the operator process and the cluster's real node.
 #![allow(dead_code, reason = "each suite uses a part")]
 
+pub mod helm;
 pub mod node;
 
 #[allow(unused_imports, reason = "each suite uses a part")]
