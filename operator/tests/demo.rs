@@ -300,41 +300,6 @@ impl Demo {
         body
     }
 
-    /// Each of `calls` ran in a pod of its own (`tg-<call>`), bound by the scheduler to the real
-    /// node; `refused` never had one.
-    fn ran_on_the_node(&self, calls: &[&str], refused: &[&str]) {
-        let scheduled = kubectl(
-            &[
-                "get",
-                "events",
-                "-n",
-                &self.ns,
-                "--field-selector",
-                "reason=Scheduled",
-                "-o",
-                "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
-            ],
-            None,
-        )
-        .1;
-        for call in calls {
-            let pod = format!("tg-{call}");
-            let bound: Vec<&str> = scheduled
-                .lines()
-                .filter(|l| l.split_whitespace().next() == Some(pod.as_str()))
-                .collect();
-            assert_eq!(bound.len(), 1, "{pod}: {scheduled}");
-            assert!(
-                bound[0].ends_with(&format!(" to {}", node::NODE)),
-                "{bound:?}"
-            );
-        }
-        for call in refused {
-            let pod = format!("tg-{call} ");
-            assert!(!scheduled.contains(&pod), "{call} had a pod: {scheduled}");
-        }
-    }
-
     /// Every object of the bucket (the calls' full output, what a model may be shown).
     fn bucket(&self) -> String {
         self.store
@@ -636,7 +601,8 @@ fn the_demo_through_kubectl() {
         );
     }
 
-    d.ran_on_the_node(
+    node::ran_on_the_node(
+        &d.ns,
         &[
             "read-serializer-1",
             "read-dotenv",
@@ -893,7 +859,7 @@ fn the_demo_through_grpc() {
         .collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let refused = refused_id.rsplit('/').next().expect("a call name");
-    d.ran_on_the_node(&names, &[refused]);
+    node::ran_on_the_node(&d.ns, &names, &[refused]);
     let everything = format!("{shown}\n{}", d.surfaces());
     assert!(
         !everything.contains(DOTENV_CANARY),

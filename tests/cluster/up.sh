@@ -23,13 +23,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 K8S_VERSION="$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$HERE/go.mod")"
 CACHE="${TOOLGATE_CACHE:-$HOME/.cache/toolgate}"
-BIN="$CACHE/k8s/$K8S_VERSION/bin"
 
 log() { echo "tests/cluster/up.sh: $*" >&2; }
 
 # The binaries (built once and cached by build.sh): the control plane, the kubelet, kube-proxy,
 # kubectl and kube-router.
 eval "$("$HERE/build.sh")"
+BIN="$TOOLGATE_K8S_BIN"
 command -v etcd >/dev/null || { log "etcd is required (Debian package etcd-server)"; exit 1; }
 "$HERE/node/install.sh" >&2
 

@@ -424,3 +424,35 @@ pub fn workspace_volume(ns: &str, claim: &str, dir: &std::path::Path) -> Workspa
     super::eventually(ns, &format!("pvc/{claim}"), "{.status.phase}", "Bound");
     WorkspaceVolume { pv }
 }
+
+/// Each of `calls` in `ns` ran in a pod of its own (`tg-<call>`), bound by the scheduler to the
+/// real node (its `Scheduled` event); `refused` never had one.
+pub fn ran_on_the_node(ns: &str, calls: &[&str], refused: &[&str]) {
+    let scheduled = super::kubectl(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=Scheduled",
+            "-o",
+            "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+        ],
+        None,
+    )
+    .1;
+    for call in calls {
+        let pod = format!("tg-{call}");
+        let bound: Vec<&str> = scheduled
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(pod.as_str()))
+            .collect();
+        assert_eq!(bound.len(), 1, "{pod}: {scheduled}");
+        assert!(bound[0].ends_with(&format!(" to {}", NODE)), "{bound:?}");
+    }
+    for call in refused {
+        let pod = format!("tg-{call} ");
+        assert!(!scheduled.contains(&pod), "{call} had a pod: {scheduled}");
+    }
+}
