@@ -127,8 +127,12 @@ pub fn main(args: &Args) -> ExitCode {
         eprintln!("toolgate-executor: cannot make the process non-dumpable: {e}");
         return ExitCode::from(70);
     }
-    if args.wait_for_go && !wait_for_go() {
-        return ExitCode::SUCCESS;
+    if args.wait_for_go {
+        // What does not depend on the call is done before it comes.
+        toolgate_core::redact::Redactor::prepare();
+        if !wait_for_go() {
+            return ExitCode::SUCCESS;
+        }
     }
     let credentials_dir = args
         .credentials
