@@ -225,11 +225,15 @@ fn main() {
             println!("    {step:<44} {gap:>9.2?}");
         }
         println!("  throughput, agents proposing and watching `true` in a loop:");
-        for (agents, per_second, p50, p99) in &g.throughput {
+        for (agents, per_second, p50, p99, cpu) in &g.throughput {
             println!(
-                "    {agents:>2} agents   {per_second:>6.1} calls/s   latency p50 {p50:>9.2?} / p99 {p99:>9.2?}"
+                "    {agents:>2} agents   {per_second:>6.1} calls/s   latency p50 {p50:>9.2?} / p99 {p99:>9.2?}   CPU per call {cpu:>8.2?}"
             );
         }
+        println!(
+            "  CPU per call, one after another (the runtime, its sandboxes, executors and tools): {:.2?}",
+            g.cpu_per_call
+        );
     }
 }
 
@@ -240,7 +244,27 @@ struct Governed {
     round_trip: (Duration, Duration),
     cli: (Duration, Duration),
     breakdown: Vec<(String, Duration)>,
-    throughput: Vec<(usize, f64, Duration, Duration)>,
+    /// Agents, calls/s, latency p50 and p99, CPU per call.
+    throughput: Vec<(usize, f64, Duration, Duration, Duration)>,
+    /// CPU time per call of the calls made one after another.
+    cpu_per_call: Duration,
+}
+
+/// CPU time (user and system) the process `pid` and every child it has reaped have used: for
+/// `toolgate local`, the runtime, its sandboxes (bubblewrap, reaped after each call), their
+/// executors and tools. Clients are not counted. Fields 14-17 of /proc/<pid>/stat.
+fn cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_name = stat.rsplit_once(')').expect("stat's command").1;
+    let ticks: u64 = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse::<u64>().expect("clock ticks"))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 
 impl Governed {
@@ -278,13 +302,13 @@ impl Governed {
             .and_then(|r| r.split(' ').next())
             .expect("addr")
             .to_string();
-        let figures = Governed::of(&addr);
+        let figures = Governed::of(&addr, server.id());
         let _ = server.kill();
         let _ = server.wait();
         figures
     }
 
-    fn of(addr: &str) -> Governed {
+    fn of(addr: &str, pid: u32) -> Governed {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -295,11 +319,14 @@ impl Governed {
         let mut round_trip = || rt.block_on(governed_call(&mut client));
         let mut last_call = String::new();
         let mut governed_ids = Vec::new();
-        // Calls one after another, each proposed the moment the last one ended.
+        // Calls one after another, each proposed the moment the last one ended (three to warm
+        // up, then sixty).
+        let cpu_before = cpu_of(pid);
         let governed = sample(60, || {
             last_call = round_trip();
             governed_ids.push(last_call.clone());
         });
+        let cpu_per_call = (cpu_of(pid) - cpu_before) / 63;
         let breakdown = rt.block_on(async {
             let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
                 Default::default();
@@ -370,7 +397,11 @@ impl Governed {
                     .enable_all()
                     .build()
                     .expect("rt");
-                rt.block_on(concurrent(addr, agents, 256 / agents))
+                let each = 256 / agents;
+                let before = cpu_of(pid);
+                let (agents, per_second, p50, p99) = rt.block_on(concurrent(addr, agents, each));
+                let calls = u32::try_from(agents * each).expect("calls");
+                (agents, per_second, p50, p99, (cpu_of(pid) - before) / calls)
             })
             .collect();
         Governed {
@@ -379,6 +410,7 @@ impl Governed {
             cli,
             breakdown,
             throughput,
+            cpu_per_call,
         }
     }
 }
