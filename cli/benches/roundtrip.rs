@@ -319,14 +319,15 @@ impl Governed {
         let mut round_trip = || rt.block_on(governed_call(&mut client));
         let mut last_call = String::new();
         let mut governed_ids = Vec::new();
-        // Calls one after another, each proposed the moment the last one ended (three to warm
-        // up, then sixty).
+        // Calls one after another, each proposed the moment the last one ended.
         let cpu_before = cpu_of(pid);
         let governed = sample(60, || {
             last_call = round_trip();
             governed_ids.push(last_call.clone());
         });
-        let cpu_per_call = (cpu_of(pid) - cpu_before) / 63;
+        // Every call counts, the warm-up ones too: all of them spent CPU.
+        let made = u32::try_from(governed_ids.len()).expect("calls");
+        let cpu_per_call = (cpu_of(pid) - cpu_before) / made;
         let breakdown = rt.block_on(async {
             let mut gaps: std::collections::BTreeMap<(usize, String), Vec<Duration>> =
                 Default::default();

@@ -4,11 +4,11 @@
 //! replaced exactly; common token shapes are replaced too. The streaming form holds back a window
 //! of bytes so a secret split across two chunks is still caught.
 
-use std::sync::LazyLock;
-
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine;
 use regex::bytes::Regex;
+
+use crate::secrets::{SecretShape, compiled_shapes};
 
 /// What a known credential value becomes.
 pub const REDACTED: &str = "[REDACTED]";
@@ -19,20 +19,13 @@ pub const MIN_SECRET_LEN: usize = 6;
 /// How far back the streaming redactor looks for a token shape split across chunks.
 const SHAPE_WINDOW: usize = 4096;
 
-/// The credential shapes as byte regexes, compiled once per process: compiling them was most of
-/// what making a redactor cost (about 2 ms), and a runtime makes one for every call.
-static SHAPES: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
-    crate::secrets::shape_patterns()
-        .filter_map(|(name, p)| Regex::new(p).ok().map(|r| (name, r)))
-        .collect()
-});
-
 /// Removes known secrets and credential shapes from text and bytes.
 #[derive(Debug, Clone)]
 pub struct Redactor {
     exact: Option<AhoCorasick>,
     longest: usize,
-    shapes: &'static [(&'static str, Regex)],
+    /// The credential shapes, compiled once per process ([`compiled_shapes`]).
+    shapes: &'static [(SecretShape, Regex)],
 }
 
 impl Default for Redactor {
@@ -81,14 +74,14 @@ impl Redactor {
         Redactor {
             exact,
             longest,
-            shapes: &SHAPES,
+            shapes: compiled_shapes(),
         }
     }
 
     /// Compile the credential shapes now rather than at the first redactor: a process that waits
     /// for its work (an executor started ahead of its call) pays for them before the work comes.
     pub fn prepare() {
-        LazyLock::force(&SHAPES);
+        compiled_shapes();
     }
 
     /// Redact a string.
@@ -125,11 +118,11 @@ impl Redactor {
                 label: None,
             }));
         }
-        for (name, re) in self.shapes {
+        for (shape, re) in self.shapes {
             all.extend(re.find_iter(bytes).map(|m| Match {
                 start: m.start(),
                 end: m.end(),
-                label: Some(name),
+                label: Some(shape.name),
             }));
         }
         all.sort_by_key(|m| (m.start, std::cmp::Reverse(m.end)));
