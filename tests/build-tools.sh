@@ -8,7 +8,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 pids=""
 for build in vault/build.sh jaeger/build.sh helm/build.sh cluster/build.sh; do
-  "$HERE/$build" >/dev/null &
+  # Each says when it ended, in seconds from the start: the log is how a slow build is found.
+  ( start=$SECONDS; rc=0; "$HERE/$build" >/dev/null || rc=$?
+    echo "tests/build-tools.sh: $build ended after $((SECONDS - start)) s (exit $rc)" >&2; exit $rc ) &
   pids="$pids $!:$build"
 done
 failed=""
