@@ -11,7 +11,8 @@
 #     containerd, runc and CNI plugins for the node, kube-router (built once, cached under
 #     ~/.cache/toolgate/kube-router) enforcing its NetworkPolicies.
 #   - Vault v1.21.0 built from the github.com/hashicorp/vault Go module (tests/vault/build.sh;
-#     cached under ~/.cache/toolgate/vault/<version>), a test dependency only;
+#     cached under ~/.cache/toolgate/vault/<version>-minimal: the minimal build and the Kubernetes
+#     secrets and auth plugins), a test dependency only;
 #   - Jaeger v1.76.0 (an OpenTelemetry Collector distribution) built from its Go module
 #     (tests/jaeger/build.sh; cached under ~/.cache/toolgate/jaeger/<version>), the collector the
 #     tracing suites send spans to;

@@ -1,6 +1,8 @@
 //! A real Vault for the broker suites: `vault server -dev` (built by `tests/vault/build.sh`,
 //! named by `TOOLGATE_VAULT_BIN`) on a free loopback port, driven with Vault's own CLI. Each
-//! suite starts its own and may stop, restart, seal and unseal it.
+//! suite starts its own and may stop, restart, seal and unseal it. That Vault is its `minimal`
+//! build; the Kubernetes secrets engine and auth method are HashiCorp's plugins in
+//! `TOOLGATE_VAULT_PLUGINS`, registered by the dev server and mounted where the built-in ones were.
 //!
 //! In CI a missing Vault fails the suite; elsewhere the suite says how to build one and skips.
 
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 /// hands back an empty Vault on the same address and root token).
 pub struct TestVault {
     bin: PathBuf,
+    plugins: PathBuf,
     /// `http://127.0.0.1:<port>`.
     pub addr: String,
     port: u16,
@@ -24,12 +27,15 @@ pub struct TestVault {
 
 /// Whether a Vault binary is there; in CI its absence is a failure, never a skip.
 pub fn have_vault() -> bool {
-    crate::have(
-        "TOOLGATE_VAULT_BIN",
-        "no Vault",
-        "run tests/run.sh (or eval \"$(tests/vault/build.sh)\") for a real Vault",
-    )
+    let how = "run tests/run.sh (or eval \"$(tests/vault/build.sh)\") for a real Vault";
+    crate::have("TOOLGATE_VAULT_BIN", "no Vault", how)
+        && crate::have("TOOLGATE_VAULT_PLUGINS", "no Vault plugins", how)
 }
+
+/// The plugin registered (by its file name) for Vault's Kubernetes secrets engine.
+const SECRETS_PLUGIN: &str = "vault-plugin-secrets-kubernetes";
+/// The plugin registered for Vault's Kubernetes auth method.
+const AUTH_PLUGIN: &str = "vault-plugin-auth-kubernetes";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -43,9 +49,13 @@ impl TestVault {
     pub fn start() -> TestVault {
         let bin =
             PathBuf::from(std::env::var_os("TOOLGATE_VAULT_BIN").expect("TOOLGATE_VAULT_BIN"));
+        let plugins = PathBuf::from(
+            std::env::var_os("TOOLGATE_VAULT_PLUGINS").expect("TOOLGATE_VAULT_PLUGINS"),
+        );
         let port = free_port();
         let mut v = TestVault {
             bin,
+            plugins,
             addr: format!("http://127.0.0.1:{port}"),
             port,
             root_token: format!("root-{:016x}", rand_u64()),
@@ -67,6 +77,8 @@ impl TestVault {
                 &format!("-dev-root-token-id={}", self.root_token),
                 &format!("-dev-listen-address=127.0.0.1:{}", self.port),
                 "-dev-no-store-token",
+                &format!("-dev-plugin-dir={}", self.plugins.display()),
+                "-dev-plugin-init",
             ])
             .env("HOME", self.dir.path())
             .env_remove("VAULT_TOKEN")
@@ -126,6 +138,22 @@ impl TestVault {
         out
     }
 
+    /// Enable an engine or auth method (`args`), unless it is mounted there already. An external
+    /// plugin starts as its own process on its first mount, which a loaded machine can take
+    /// longer than the CLI's timeout for: tried again (a mount that did land answers "already in
+    /// use") for up to a minute.
+    fn mount(&self, args: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, out, err) = self.cli(args);
+            if ok || err.contains("path is already in use") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "vault {args:?}: {err}{out}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Write a policy from HCL text.
     pub fn policy(&self, name: &str, hcl: &str) {
         let file = self.dir.path().join(format!("{name}.hcl"));
@@ -178,7 +206,7 @@ impl TestVault {
     /// to the ClusterRole `view`, deleted when the lease is revoked.
     pub fn kubernetes_engine(&self, role: &str) {
         let (server, ca, admin) = Self::cluster();
-        let _ = self.cli(&["secrets", "enable", "kubernetes"]);
+        self.mount(&["secrets", "enable", "-path=kubernetes", SECRETS_PLUGIN]);
         self.ok(&[
             "write",
             "kubernetes/config",
@@ -201,7 +229,7 @@ impl TestVault {
     /// against the test API server; `role` admits `namespace/service_account` with `policies`.
     pub fn kubernetes_auth(&self, role: &str, namespace: &str, account: &str, policies: &str) {
         let (server, ca, admin) = Self::cluster();
-        let _ = self.cli(&["auth", "enable", "kubernetes"]);
+        self.mount(&["auth", "enable", "-path=kubernetes", AUTH_PLUGIN]);
         self.ok(&[
             "write",
             "auth/kubernetes/config",
