@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build a real Vault for the credential-broker tests (a test dependency only: toolgate ships and
 # links none of it; Vault's licence is the BSL). Built once from the github.com/hashicorp/vault Go
-# module pinned in go.mod here and cached under ~/.cache/toolgate/vault/<version>; the suites
+# module pinned in go.mod here and cached under ~/.cache/toolgate/vault/<version>-minimal; the suites
 # start their own `vault server -dev` on a free loopback port (toolgate_testkit::vault).
 #
-#   eval "$(tests/vault/build.sh)"   # prints: export TOOLGATE_VAULT_BIN=...
+#   eval "$(tests/vault/build.sh)"   # prints: export TOOLGATE_VAULT_BIN=... TOOLGATE_VAULT_PLUGINS=...
 #
 # Why v1.21.0 and not later: Vault's go.mod replaces its own sdk and api with in-tree folders that
 # module zips leave out, so as a dependency it builds against the published sdk; from v1.14 to
