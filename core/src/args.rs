@@ -102,6 +102,10 @@ pub fn validate_args_with(
     if let Some(report) = check_limits(args, limits) {
         return report;
     }
+    // Valid args, the common case, build no error objects.
+    if validator.is_valid(args) {
+        return ArgsReport::default();
+    }
     let violations = validator
         .iter_errors(args)
         .map(|e| Violation {
@@ -122,9 +126,7 @@ pub fn validate_args_with(
 /// Size, depth and shape, checked before any schema work.
 fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
     let mut violations = Vec::new();
-    let size = serde_json::to_vec(args)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX);
+    let size = serialized_len(args);
     if size > limits.max_bytes {
         violations.push(Violation {
             pointer: String::new(),
@@ -157,6 +159,25 @@ fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
         });
     }
     (!violations.is_empty()).then_some(ArgsReport { violations })
+}
+
+/// The length of the args' compact JSON, counted as it is written: no copy of the args is made.
+fn serialized_len(args: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, args) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 /// Nesting depth without recursion, so hostile input cannot exhaust the stack.
@@ -194,6 +215,17 @@ pub fn short_json(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_size_limit_counts_the_compact_json() {
+        for v in [
+            json!({}),
+            json!({"path": "a/b", "n": [1, 2.5, null, true], "s": "é\"\n\u{1F600}"}),
+            json!({"deep": {"er": {"est": ["x".repeat(300)]}}}),
+        ] {
+            assert_eq!(serialized_len(&v), serde_json::to_vec(&v).unwrap().len());
+        }
+    }
 
     fn schema() -> Value {
         json!({"type": "object", "required": ["path"], "additionalProperties": false,

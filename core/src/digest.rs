@@ -16,7 +16,19 @@ pub fn canonical_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Canonic
 
 /// `sha256:<hex>` of bytes.
 pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    prefixed_hex(&Sha256::digest(bytes))
+}
+
+/// `sha256:` and the hex of a digest, in one allocation (digests are made on every decision).
+fn prefixed_hex(digest: &[u8]) -> String {
+    const PREFIX: &str = "sha256:";
+    let mut out = String::with_capacity(PREFIX.len() + digest.len() * 2);
+    out.push_str(PREFIX);
+    for b in digest {
+        out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// `sha256:` digest of the canonical form of a JSON value (args, specs).
@@ -33,6 +45,14 @@ pub fn descriptor_digest(spec: &ToolDescriptorSpec) -> Result<String, Canonicali
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn digests_are_prefixed_lowercase_hex() {
+        assert_eq!(
+            sha256(b"abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn key_order_and_whitespace_do_not_matter() {

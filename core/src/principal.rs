@@ -38,17 +38,33 @@ impl Principal {
         (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some((ns, name))
     }
 
-    /// The keys under which grants for this principal are indexed.
+    /// The keys under which grants for this principal are indexed, sorted, each once.
     pub fn subject_keys(&self) -> Vec<String> {
-        let mut keys = vec![format!("user:{}", self.name)];
-        keys.extend(self.groups.iter().map(|g| format!("group:{g}")));
-        if let Some((ns, _)) = self.service_account() {
-            keys.push("group:system:serviceaccounts".into());
-            keys.push(format!("group:system:serviceaccounts:{ns}"));
-        }
+        let mut keys = Vec::new();
+        self.for_each_subject_key(|k| keys.push(k.to_string()));
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    /// Each key under which grants for this principal are indexed (a key may come twice), built
+    /// in one buffer: every decision looks its principal's grants up by them.
+    pub fn for_each_subject_key(&self, mut f: impl FnMut(&str)) {
+        let mut key = String::with_capacity(64);
+        let mut with = |kind: &str, name: &str| {
+            key.clear();
+            key.push_str(kind);
+            key.push_str(name);
+            f(&key);
+        };
+        with("user:", &self.name);
+        for g in &self.groups {
+            with("group:", g);
+        }
+        if let Some((ns, _)) = self.service_account() {
+            with("group:", "system:serviceaccounts");
+            with("group:system:serviceaccounts:", ns);
+        }
     }
 
     /// A short display name (`fixer` for a service account).

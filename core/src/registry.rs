@@ -508,13 +508,12 @@ impl Registry {
         let Some(by_subject) = self.grants_by_subject.get(namespace) else {
             return Vec::new();
         };
-        let mut idx: Vec<usize> = principal
-            .subject_keys()
-            .iter()
-            .filter_map(|k| by_subject.get(k))
-            .flatten()
-            .copied()
-            .collect();
+        let mut idx: Vec<usize> = Vec::new();
+        principal.for_each_subject_key(|k| {
+            if let Some(found) = by_subject.get(k) {
+                idx.extend_from_slice(found);
+            }
+        });
         idx.sort_unstable();
         idx.dedup();
         let mut out: Vec<&GrantEntry> = idx.into_iter().map(|i| &self.grants[i]).collect();
