@@ -17,6 +17,6 @@ if [ "$(id -u)" != 0 ]; then
   fi
 fi
 echo "install-deps: installing bubblewrap (apt)" >&2
-$SUDO apt-get update -qq >/dev/null
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap >/dev/null
 command -v bwrap >/dev/null

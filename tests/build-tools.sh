@@ -7,10 +7,16 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 pids=""
+CPU_DIR="$(mktemp -d)"
+trap 'rm -rf "$CPU_DIR"' EXIT
 for build in vault/build.sh jaeger/build.sh helm/build.sh cluster/build.sh; do
-  # Each says when it ended, in seconds from the start: the log is how a slow build is found.
+  # Each says when it ended, in seconds from the start, and the CPU its processes took (user and
+  # system, from `times`): the log is how a slow build is found, and which one to make smaller.
   ( start=$SECONDS; rc=0; "$HERE/$build" >/dev/null || rc=$?
-    echo "tests/build-tools.sh: $build ended after $((SECONDS - start)) s (exit $rc)" >&2; exit $rc ) &
+    times >"$CPU_DIR/${build%%/*}"   # a builtin's redirect: the times of this subshell's children
+    cpu="$(tail -n 1 "$CPU_DIR/${build%%/*}")"
+    echo "tests/build-tools.sh: $build ended after $((SECONDS - start)) s (exit $rc; CPU user/system ${cpu/ / / })" >&2
+    exit $rc ) &
   pids="$pids $!:$build"
 done
 failed=""

@@ -20,78 +20,22 @@
 #     virtualenv cached under ~/.cache/toolgate/mcp-servers; npm server-everything and
 #     server-filesystem) and the TypeScript MCP SDK (npm, ~/.cache/toolgate/mcp-node);
 #   - the Python client's tests (pytest, in a virtualenv cached under ~/.cache/toolgate/pyclient),
-#     after the cargo tests on a full run.
-# Arguments are passed to `cargo test`.
+#     after the other cargo tests on a full run.
+# Everything installed rather than built is tests/install.sh's. A full run builds every test
+# first, then runs the cluster's suites beside the others (see the end). Arguments are passed to
+# `cargo test`, which then runs only what they select.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CACHE="${TOOLGATE_CACHE:-$HOME/.cache/toolgate}"
 log() { echo "tests/run.sh: $*" >&2; }
 
-VENV="$CACHE/venv"
-if [ ! -x "$VENV/bin/moto_server" ]; then
-  log "installing moto[server] into $VENV (once)"
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'moto[server]==5.*'
-fi
-export PATH="$VENV/bin:$PATH"
-moto_server --help >/dev/null 2>&1 || { log "moto_server does not start"; exit 1; }
-
-if ! command -v etcd >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing etcd-server (apt)"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-  else
-    log "etcd is missing: install Debian's etcd-server (or put an etcd 3.4+ binary on PATH)"; exit 1
-  fi
-fi
-
-scripts/install-deps.sh   # bubblewrap: the sandbox suites and the embedded runtime need it
+# Everything installed rather than built (tests/install.sh: moto, etcd, bubblewrap, the MCP
+# servers and SDK, the node's runtime), once; found in place on later runs.
+eval "$(tests/install.sh)"
 
 # helm, for the chart's tests and the RBAC the operator suites install (built once, cached).
 eval "$(tests/helm/build.sh)"
-
-# Real MCP servers for the MCP suites, in a virtualenv of the system's Python (its interpreter is
-# under /usr, which every sandbox sees; the suites name the virtualenv as a read root).
-MCP_SERVERS="$CACHE/mcp-servers"
-if [ ! -x "$MCP_SERVERS/bin/mcp-server-time" ] || [ ! -x "$MCP_SERVERS/bin/mcp-server-git" ]; then
-  log "installing the MCP test servers (mcp-server-time, mcp-server-git) into $MCP_SERVERS (once)"
-  if ! /usr/bin/python3 -m venv "$MCP_SERVERS" >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-      rm -rf "$MCP_SERVERS"; /usr/bin/python3 -m venv "$MCP_SERVERS"
-    else
-      log "/usr/bin/python3 cannot make a virtualenv: install Debian's python3-venv"; exit 1
-    fi
-  fi
-  "$MCP_SERVERS/bin/python" -m pip install --quiet --disable-pip-version-check \
-    'mcp-server-time==2026.10.*' 'mcp-server-git==2026.10.*'
-fi
-export TOOLGATE_MCP_SERVERS="$MCP_SERVERS"
-
-# The official TypeScript MCP SDK, a client of `toolgate mcp serve` in its suite, and the npm
-# reference servers the MCP suites govern (server-everything, also over streamable HTTP, and
-# server-filesystem) (npm, cached).
-MCP_NODE="$CACHE/mcp-node"
-NODE_PACKAGES="@modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31"
-if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ] \
-   || [ ! -x "$MCP_NODE/node_modules/.bin/mcp-server-everything" ] \
-   || [ ! -x "$MCP_NODE/node_modules/.bin/mcp-server-filesystem" ]; then
-  if ! command -v npm >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      log "installing nodejs and npm (apt)"
-      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    else
-      log "npm is missing: install Node.js and npm"; exit 1
-    fi
-  fi
-  log "installing $NODE_PACKAGES into $MCP_NODE (once)"
-  mkdir -p "$MCP_NODE"
-  # shellcheck disable=SC2086
-  (cd "$MCP_NODE" && { [ -f package.json ] || npm init -y >/dev/null; } \
-     && npm install --silent --no-audit --no-fund $NODE_PACKAGES >/dev/null)
-fi
-export TOOLGATE_MCP_NODE="$MCP_NODE"
 
 # A real Vault for the credential-broker suites (built once from its Go module, cached; each
 # suite starts its own dev server on a free loopback port).
@@ -103,15 +47,82 @@ CLUSTER="$(tests/cluster/up.sh)"
 eval "$CLUSTER"
 trap 'tests/cluster/down.sh "$TOOLGATE_CLUSTER_DIR"' EXIT
 
-cargo test --workspace --locked --no-fail-fast "$@"
+# The Python client (clients/python) against a real `toolgate local`. Its stubs are generated
+# from proto/ when pip builds it, with the build requirements tests/install.sh put in its
+# virtualenv (nothing is fetched here).
+python_client_tests() {
+  log "installing the Python client into $TOOLGATE_PYCLIENT_VENV"
+  "$TOOLGATE_PYCLIENT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --no-deps --force-reinstall ./clients/python
+  TOOLGATE_BINARY="$CARGO_TARGET/debug/toolgate" "$TOOLGATE_PYCLIENT_VENV/bin/python" -m pytest -q clients/python/tests
+}
+CARGO_TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
-# The Python client (clients/python) against a real `toolgate local`, on full runs only (the
-# arguments above select cargo tests). Its stubs are generated from proto/ when pip builds it.
-if [ "$#" -eq 0 ]; then
-  PYVENV="$CACHE/pyclient"
-  [ -x "$PYVENV/bin/python" ] || python3 -m venv "$PYVENV"
-  log "installing the Python client into $PYVENV"
-  "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check './clients/python[test]'
-  TOOLGATE_BINARY="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/toolgate" \
-    "$PYVENV/bin/python" -m pytest -q clients/python/tests
+if [ "$#" -gt 0 ]; then
+  # Arguments select cargo tests: those, one after another, and nothing else.
+  cargo test --workspace --locked --no-fail-fast "$@"
+  exit 0
 fi
+
+# A full run: every test binary built first, then two groups at once, each one test binary after
+# another as `cargo test` would run them (from its package's folder): the suites of the cluster
+# (the operator's and the CRDs' against the API server: mostly waiting on pods and watches)
+# beside all the others, the doctests and the Python client's (mostly the machine's CPU). The
+# binaries are run directly: two `cargo test -p` would each resolve features for their own
+# packages and rebuild what the whole workspace's build shares. Each group's output is printed
+# whole when both have ended, a line per finished test binary while they run.
+log "building every test (cargo test --no-run)"
+TESTS="$(cargo test --workspace --locked --no-run --message-format=json-render-diagnostics \
+  | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    kinds = m.get("target", {}).get("kind", [])
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable") and "bench" not in kinds:
+        package = os.path.dirname(m["manifest_path"])
+        group = "cluster" if os.path.basename(package) in ("operator", "crds") else "workspace"
+        print(group, package, m["executable"])
+')"
+LOGS="$(mktemp -d)"
+run_binaries() {
+  local group="$1" rc=0
+  while read -r g package exe; do
+    [ "$g" = "$group" ] || continue
+    echo "     Running $(basename "$package")/$(basename "$exe")"
+    (cd "$package" && "$exe") || { rc=1; echo "tests/run.sh: $(basename "$package")/$(basename "$exe") FAILED"; }
+  done <<<"$TESTS"
+  return "$rc"
+}
+run_group() {
+  local name="$1"; shift
+  local rc=0
+  "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$LOGS/$name.rc"
+  return "$rc"
+}
+( run_group cluster run_binaries cluster ) &
+CLUSTER_GROUP=$!
+( run_group workspace run_binaries workspace && run_group doctests cargo test --workspace --locked --doc \
+    && run_group python-client python_client_tests ) &
+WORKSPACE_GROUP=$!
+# Live progress while both run: a line per test binary started and finished.
+# (tail follows them until the sleeper it watches is gone.)
+sleep infinity &
+SLEEPER=$!
+tail -q -F --pid="$SLEEPER" "$LOGS/cluster.log" "$LOGS/workspace.log" 2>/dev/null \
+  | grep --line-buffered -E '^(     Running|test result:|tests/run.sh:)' &
+PROGRESS=$!
+wait "$CLUSTER_GROUP" || true
+wait "$WORKSPACE_GROUP" || true
+kill "$SLEEPER"
+wait "$PROGRESS" || true
+failed=""
+for name in cluster workspace doctests python-client; do
+  if [ ! -f "$LOGS/$name.rc" ]; then failed="$failed $name(not run)"; continue; fi
+  rc="$(cat "$LOGS/$name.rc")"
+  echo; echo "==== tests/run.sh: the $name group $([ "$rc" = 0 ] && echo passed || echo FAILED) ===="
+  cat "$LOGS/$name.log"
+  [ "$rc" = 0 ] || failed="$failed $name"
+done
+if [ -n "$failed" ]; then log "failed:$failed"; exit 1; fi
+log "every group passed"

@@ -16,9 +16,9 @@ command -v ip >/dev/null || need="$need iproute2"
 if [ -n "$need" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "tests/cluster/node/install.sh: installing$need (apt)"
-    apt-get update -qq >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
     # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $need >/dev/null
   else
     echo "tests/cluster/node/install.sh: missing$need (Debian packages); install them as root" >&2
     exit 1
