@@ -6,6 +6,7 @@
 //!
 //! In CI a missing Vault fails the suite; elsewhere the suite says how to build one and skips.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,6 +87,9 @@ impl TestVault {
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
             .stdin(Stdio::null())
+            // Its own process group, with the plugin processes it starts: stopping it stops them
+            // (killed alone, Vault leaves its plugins running, reparented to init).
+            .process_group(0)
             .spawn()
             .expect("vault server -dev starts");
         self.child = Some(child);
@@ -252,6 +256,12 @@ impl TestVault {
     /// Stop the server (it forgets everything).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
