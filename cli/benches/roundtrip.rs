@@ -177,9 +177,13 @@ fn main() {
     });
 
     // The governed round trip through the server, with sandboxes started ahead of demand (the
-    // default) and with every sandbox made when its call needs it, in the same run.
-    let warm = Governed::measure(root, &ws, None);
-    let cold = Governed::measure(root, &ws, Some("0"));
+    // default) and with every sandbox made when its call needs it, in the same run; with the
+    // small `toolgate-executor` beside `toolgate` in the sandboxes (the default when it is
+    // there) and with `toolgate executor`.
+    let small = build_the_executor();
+    let warm = Governed::measure(root, &ws, &[]);
+    let builtin = Governed::measure(root, &ws, &["--executor", "builtin"]);
+    let cold = Governed::measure(root, &ws, &["--warm-sandboxes", "0"]);
 
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("`true`, p50 / p99 over one run:");
@@ -199,9 +203,14 @@ fn main() {
         sandboxed.1,
         ratio(sandboxed.0, plain.0)
     );
+    println!("sandboxes run {}", small.display());
     for (name, g) in [
-        ("warm sandboxes (default)", &warm),
-        ("--warm-sandboxes 0", &cold),
+        ("warm sandboxes, toolgate-executor (the defaults)", &warm),
+        (
+            "warm sandboxes, --executor builtin (toolgate executor)",
+            &builtin,
+        ),
+        ("--warm-sandboxes 0, toolgate-executor", &cold),
     ] {
         println!("{name}:");
         println!(
@@ -237,6 +246,26 @@ fn main() {
     }
 }
 
+/// Build the `toolgate-executor` binary beside this bench's `toolgate` (cargo builds only the
+/// benched package's binaries), so `toolgate local` runs it in its sandboxes; its path.
+fn build_the_executor() -> std::path::PathBuf {
+    let toolgate = Path::new(env!("CARGO_BIN_EXE_toolgate"));
+    let profile_dir = toolgate.parent().expect("profile folder");
+    let target_dir = profile_dir.parent().expect("target folder");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--quiet", "-p", "toolgate-executor"])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .expect("cargo build -p toolgate-executor");
+    assert!(status.success(), "cargo build -p toolgate-executor failed");
+    let small = toolgate.with_file_name("toolgate-executor");
+    toolgate_executor::same_build(&small).expect("the executor beside toolgate is of this build");
+    small
+}
+
 /// What one `toolgate local` measured: p50/p99 of a unary RPC, the governed round trip and the
 /// whole CLI process; the median gap between a call's conditions; throughput at 8 and 32 agents.
 struct Governed {
@@ -268,10 +297,10 @@ fn cpu_of(pid: u32) -> Duration {
 }
 
 impl Governed {
-    /// Start `toolgate local` on the bench's manifests (`--warm-sandboxes warm` when given) with
-    /// a data folder of its own, measure, stop it.
-    fn measure(root: &Path, ws: &Path, warm: Option<&str>) -> Governed {
-        let data = root.join(format!("data-{}", warm.unwrap_or("default")));
+    /// Start `toolgate local` on the bench's manifests with `extra` arguments and a data folder
+    /// of its own, measure, stop it.
+    fn measure(root: &Path, ws: &Path, extra: &[&str]) -> Governed {
+        let data = root.join(format!("data-{}", extra.join("-").replace('-', "")));
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
         command
             .arg("local")
@@ -284,9 +313,7 @@ impl Governed {
             .arg("--tokens")
             .arg(root.join("tokens.yaml"))
             .args(["--listen", "127.0.0.1:0"]);
-        if let Some(w) = warm {
-            command.args(["--warm-sandboxes", w]);
-        }
+        command.args(extra);
         let mut server = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

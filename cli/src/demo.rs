@@ -318,6 +318,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         broker,
         tracer: Default::default(),
         warm_sandboxes: 2,
+        executor: &crate::local_cmd::ExecutorChoice::Default,
     })
     .await?;
     let addr = started.addr;

@@ -58,6 +58,11 @@ pub struct LocalArgs {
     /// 0 starts every sandbox when its call needs it.
     #[arg(long, default_value_t = 2)]
     pub warm_sandboxes: usize,
+    /// The executor each sandbox runs: a `toolgate-executor` binary of this same build, or
+    /// `builtin` for this binary's own `executor` command. Default: the `toolgate-executor`
+    /// beside this binary when it is of this build (it starts faster), else `builtin`.
+    #[arg(long, value_name = "PATH|builtin")]
+    pub executor: Option<ExecutorChoice>,
     #[command(flatten)]
     pub vault: VaultArgs,
 }
@@ -123,11 +128,62 @@ pub struct Started {
     pub addr: std::net::SocketAddr,
 }
 
-/// The command the runtime runs inside each sandbox: this binary's `executor` subcommand.
-pub fn executor_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
+/// Which executor each sandbox runs (`--executor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorChoice {
+    /// The `toolgate-executor` beside this binary when it is of this very build, else this
+    /// binary's own `executor` command.
+    Default,
+    /// This binary's `executor` command.
+    Builtin,
+    /// This `toolgate-executor` binary; it must be of this very build.
+    Path(PathBuf),
+}
+
+impl std::str::FromStr for ExecutorChoice {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "builtin" => ExecutorChoice::Builtin,
+            path => ExecutorChoice::Path(PathBuf::from(path)),
+        })
+    }
+}
+
+/// The command the runtime runs inside each sandbox. The small `toolgate-executor` binary starts
+/// in about half the time of this one (a third of its size, half its relocations), and every
+/// call starts one; this binary's `executor` command is the same code, so one binary is all a new
+/// user needs. A `toolgate-executor` is run only when it reports this build's version and
+/// source hash: a stale one left beside a rebuilt `toolgate` is passed over, with a note.
+pub fn executor_command(choice: &ExecutorChoice) -> anyhow::Result<Vec<std::ffi::OsString>> {
     let exe = std::env::current_exe().context("locating the toolgate binary")?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
-    Ok(vec![exe.into(), "executor".into()])
+    let builtin = || vec![exe.clone().into_os_string(), "executor".into()];
+    match choice {
+        ExecutorChoice::Builtin => Ok(builtin()),
+        ExecutorChoice::Path(path) => {
+            let path = std::fs::canonicalize(path)
+                .with_context(|| format!("--executor {}", path.display()))?;
+            toolgate_executor::same_build(&path)
+                .map_err(|e| anyhow::anyhow!("--executor {e} (or give --executor builtin)"))?;
+            Ok(vec![path.into_os_string()])
+        }
+        ExecutorChoice::Default => {
+            let beside = exe.with_file_name("toolgate-executor");
+            if !beside.is_file() {
+                return Ok(builtin());
+            }
+            match toolgate_executor::same_build(&beside) {
+                Ok(()) => Ok(vec![beside.into_os_string()]),
+                Err(why) => {
+                    tracing::info!(
+                        "running this binary's executor command in the sandboxes, not the toolgate-executor beside it ({why})"
+                    );
+                    Ok(builtin())
+                }
+            }
+        }
+    }
 }
 
 /// The data folder `toolgate local` uses for a workspace when `--data` is not given: outside the
@@ -182,6 +238,8 @@ pub struct Setup<'a> {
     pub tracer: toolgate_api::trace::CallTracer,
     /// Sandboxes started ahead of demand per plan.
     pub warm_sandboxes: usize,
+    /// The executor each sandbox runs.
+    pub executor: &'a ExecutorChoice,
 }
 
 /// Start the runtime and bind the listener.
@@ -195,6 +253,7 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         broker,
         tracer,
         warm_sandboxes,
+        executor,
     } = setup;
     let workspace = std::fs::canonicalize(workspace)
         .with_context(|| format!("--workspace {}", workspace.display()))?;
@@ -230,11 +289,13 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
             open.ip()
         );
     }
+    let executor = executor_command(executor)?;
+    tracing::info!(executor = ?executor, "each sandbox runs this executor");
     let runtime = Runtime::start(Config {
         manifests: manifests.to_path_buf(),
         data,
         workspace,
-        executor: executor_command()?,
+        executor,
         broker,
         reload_interval: Duration::from_secs(1),
         tracer,
@@ -308,6 +369,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             broker,
             tracer: tracer.clone(),
             warm_sandboxes: args.warm_sandboxes,
+            executor: args.executor.as_ref().unwrap_or(&ExecutorChoice::Default),
         })
         .await?;
         let metrics = match args.metrics_addr {

@@ -109,7 +109,7 @@ enum Command {
     },
     /// Run the embedded runtime: manifests from a folder, the gRPC API on loopback, every call
     /// in a Linux sandbox.
-    Local(local_cmd::LocalArgs),
+    Local(Box<local_cmd::LocalArgs>),
     /// Regression-test the tool metadata: prompts (and every descriptor's examples) against the
     /// view compiler — precision and recall at k, unsafe exposure, approval trigger rate; exits
     /// 1 under the thresholds or, with --baseline, when a metric got worse.

@@ -273,3 +273,122 @@ fn a_skill_and_a_subagent_from_the_command_line() {
     let (_, out, _) = toolgate(AGENT, &["get", &id]);
     assert!(out.contains("phase=Succeeded"), "{out}");
 }
+
+/// `toolgate local` runs the small `toolgate-executor` beside it in every sandbox when that
+/// binary is of this very build (its version and source hash), and its own `executor` command
+/// when it is not; `--executor` naming a binary of another build is refused at start, saying
+/// which build it is and which is needed. Seen from the calls: each succeeds, and the sandbox its
+/// explanation records had that executor bound in.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_run_the_executor_of_this_very_build() {
+    let dir = setup();
+    let root = dir.path();
+    let built = toolgate_binary();
+    let small = built.with_file_name("toolgate-executor");
+    assert!(
+        small.is_file(),
+        "{} is missing: build it first (cargo build -p toolgate-executor; tests/run.sh does)",
+        small.display()
+    );
+    // A folder of its own, as an installation would be: toolgate, and beside it an executor.
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let place = |from: &std::path::Path, to: &std::path::Path| {
+        let _ = std::fs::remove_file(to);
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).expect("copy");
+        }
+    };
+    place(&built, &bin.join("toolgate"));
+    let beside = bin.join("toolgate-executor");
+    let stale = root.join("stale-executor");
+    std::fs::write(
+        &stale,
+        "#!/bin/sh\necho 'toolgate-executor 0.1.0 (build 0123456789abcdef)'\n",
+    )
+    .expect("stale");
+    std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+
+    // Runs a call on a server started with `extra`; the sandbox its explanation records.
+    let run = |extra: &[&str]| {
+        let mut command = local_command_of(
+            &bin.join("toolgate"),
+            root,
+            &root.join("data"),
+            &root.join("workspace"),
+        );
+        command.args(["--listen", "127.0.0.1:0"]).args(extra);
+        Server::spawn(command, Some(&root.join("local.log")))
+    };
+    // Beside it, an executor of another build: passed over, the built-in one runs.
+    place(&stale, &beside);
+    let mut server = run(&[]);
+    let sandbox = sandbox_of_a_call(&server).await;
+    server.stop();
+    assert!(
+        !sandbox.contains(&*beside.to_string_lossy()),
+        "the stale executor was bound in: {sandbox}"
+    );
+    let log = std::fs::read_to_string(root.join("local.log")).expect("log");
+    assert!(
+        log.contains("not the toolgate-executor beside it") && log.contains("0123456789abcdef"),
+        "{log}"
+    );
+
+    // Named with --executor, it is refused at start.
+    let out = local_command_of(
+        &bin.join("toolgate"),
+        root,
+        &root.join("data"),
+        &root.join("workspace"),
+    )
+    .args(["--listen", "127.0.0.1:0", "--executor"])
+    .arg(&stale)
+    .output()
+    .expect("toolgate local");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--executor")
+            && err.contains("(build 0123456789abcdef)")
+            && err.contains("this build needs"),
+        "{err}"
+    );
+
+    // Beside it, the executor of this build: it is what every sandbox runs.
+    place(&small, &beside);
+    let mut server = run(&[]);
+    let sandbox = sandbox_of_a_call(&server).await;
+    server.stop();
+    assert!(
+        sandbox.contains(&*beside.to_string_lossy()),
+        "{} was not bound in: {sandbox}",
+        beside.display()
+    );
+
+    // `--executor builtin` runs the command's own, whatever is beside it.
+    let mut server = run(&["--executor", "builtin"]);
+    let sandbox = sandbox_of_a_call(&server).await;
+    server.stop();
+    assert!(!sandbox.contains(&*beside.to_string_lossy()), "{sandbox}");
+    assert!(
+        sandbox.contains(&*bin.join("toolgate").to_string_lossy()),
+        "{sandbox}"
+    );
+}
+
+/// Runs `test.echo` on `server` to its end; the sandbox its explanation records.
+async fn sandbox_of_a_call(server: &Server) -> String {
+    let mut c = server.client().await;
+    let call = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "hi"}),
+        "execute",
+    )
+    .await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    explain(&mut c, &call.id).await.sandbox_json
+}

@@ -153,7 +153,12 @@ pub fn setup() -> tempfile::TempDir {
 
 /// `toolgate local` on `root`'s manifests and tokens, with this data folder and workspace.
 pub fn local_command(root: &Path, data: &Path, workspace: &Path) -> Command {
-    let mut c = Command::new(toolgate_binary());
+    local_command_of(&toolgate_binary(), root, data, workspace)
+}
+
+/// The same, run from this `toolgate` binary.
+pub fn local_command_of(binary: &Path, root: &Path, data: &Path, workspace: &Path) -> Command {
+    let mut c = Command::new(binary);
     c.arg("local")
         .arg("--manifests")
         .arg(root.join("manifests"))
@@ -200,6 +205,13 @@ impl Server {
         if !extra.contains(&"--vault-addr") {
             command.arg("--secrets").arg(root.join("secrets.yaml"));
         }
+        command.args(extra);
+        Server::spawn(command, log)
+    }
+
+    /// Start `command` (a `toolgate local`), its log (stderr, at `info`) in `log` when given,
+    /// and read the address it serves on from its first line.
+    pub fn spawn(mut command: Command, log: Option<&Path>) -> Server {
         let stderr = match log {
             Some(path) => Stdio::from(
                 std::fs::OpenOptions::new()
@@ -211,7 +223,6 @@ impl Server {
             None => Stdio::inherit(),
         };
         let mut child = command
-            .args(extra)
             .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
             .stdout(Stdio::piped())
             .stderr(stderr)
