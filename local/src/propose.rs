@@ -1,12 +1,13 @@
 //! ProposeCall on the embedded runtime: the proposal checked, its tool named as registered, the
-//! idempotency key honoured, the call decided by the core and recorded before the caller hears.
+//! idempotency key honoured, the call decided by the core and recorded before the caller hears
+//! (and started in the same write when a sandbox waits for it and no credential is needed).
 
 use jiff::Timestamp;
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::lifecycle::{Call, propose, same_proposal};
 use toolgate_crds::CallPhase;
 
-use crate::runtime::{Runtime, internal};
+use crate::runtime::{Recorded, Runtime, internal};
 use crate::store::CallRecord;
 
 impl Runtime {
@@ -74,10 +75,25 @@ impl Runtime {
             })
         };
         rec.status = status;
-        let rec = self.persist(rec, &steps, idem_key.as_deref())?;
+        let mut recorded = Recorded::default();
+        self.record(&mut rec, &steps, &mut recorded)?;
+        // An authorized call that needs nothing asked first starts in this same write.
+        let started = crate::run::start_with_proposal(self, &mut rec)?;
+        let placed = match started {
+            Some(at_once) => {
+                self.record(&mut rec, &at_once.steps, &mut recorded)?;
+                at_once.placed
+            }
+            None => None,
+        };
+        let rec = self.commit(rec, recorded, idem_key.as_deref())?;
         drop(guard);
-        if rec.status.phase == Some(CallPhase::Authorized) {
-            crate::run::spawn(self, rec.id.clone());
+        match placed {
+            Some(placed) => crate::run::spawn_placed(self, rec.clone(), placed),
+            None if rec.status.phase == Some(CallPhase::Authorized) => {
+                crate::run::spawn(self, rec.id.clone());
+            }
+            None => {}
         }
         Ok(rec)
     }

@@ -38,26 +38,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     // The broker is asked outside the store's transaction (it may be slow, or down), and the
     // sandbox taken (or started); the run is decided again inside it.
     let before = rt.stored(id)?;
-    let (wanted, base) = if before.status.phase == Some(CallPhase::Authorized) {
-        with_snapshot(rt, &before, |snap, status| {
-            plan_run(snap, &call_of(&before), status)
-                .ok()
-                .map_or((None, None), |run| {
-                    let base = rt.subagent_of(&rt.loaded(), &before).is_none().then(|| {
-                        crate::place::sandbox_plan(
-                            &rt.inner.config,
-                            &rt.loaded().hidden,
-                            &run.target,
-                        )
-                        .ok()
-                        .map(|(plan, _)| plan)
-                    });
-                    (crate::place::wanted(&run.target), base.flatten())
-                })
-        })?
-    } else {
-        (None, None)
-    };
+    let Prepared { wanted, base } = prepare(rt, &before)?;
     let issued = match wanted {
         Some(w) => Some(crate::place::issue(&rt.inner.config, &before.namespace, w).await),
         None => None,
@@ -67,7 +48,7 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     let rec = rt
         .transition(id, |rec| start(rt, rec, slot, issued, &mut placed))
         .await?;
-    let Some(mut p) = placed else {
+    let Some(p) = placed else {
         // An open delegation ends by its subagent's report, its cancellation or its time.
         if rec.status.phase == Some(CallPhase::Running)
             && let Some(subagent) = rt.subagent_of(&rt.loaded(), &rec)
@@ -80,6 +61,88 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
         crate::lease::revoke_held(rt, &rec);
         return Ok(());
     };
+    run_placed(rt, rec, p).await
+}
+
+/// What an authorized call needs before its start is decided in the store's transaction: the
+/// credential to ask the broker for, and the sandbox plan to take a slot for (none for a
+/// delegation, which runs nowhere, or when the call will not start).
+pub(crate) struct Prepared {
+    pub(crate) wanted: Option<crate::place::Wanted>,
+    pub(crate) base: Option<toolgate_sandbox::SandboxPlan>,
+}
+
+/// Plan an authorized call's run (decided again at its start) for what it will need.
+pub(crate) fn prepare(rt: &Runtime, rec: &CallRecord) -> Result<Prepared, ApiError> {
+    if rec.status.phase != Some(CallPhase::Authorized) {
+        return Ok(Prepared {
+            wanted: None,
+            base: None,
+        });
+    }
+    with_snapshot(rt, rec, |snap, status| {
+        plan_run(snap, &call_of(rec), status).ok().map_or(
+            Prepared {
+                wanted: None,
+                base: None,
+            },
+            |run| {
+                let base = rt.subagent_of(&rt.loaded(), rec).is_none().then(|| {
+                    crate::place::sandbox_plan(&rt.inner.config, &rt.loaded().hidden, &run.target)
+                        .ok()
+                        .map(|(plan, _)| plan)
+                });
+                Prepared {
+                    wanted: crate::place::wanted(&run.target),
+                    base: base.flatten(),
+                }
+            },
+        )
+    })
+}
+
+/// Start a call the proposal authorized in the proposal's own write, when nothing has to be
+/// asked first: no credential to broker, and a sandbox for its plan already waiting. One durable
+/// write instead of two before the executor's go. Called under the write lock, after the
+/// proposal's steps are recorded on `rec`; the steps up to Started, and the placed call to run
+/// once they are durable ([`run_placed`]), or nothing when the call is not for this path.
+pub(crate) fn start_with_proposal(
+    rt: &Runtime,
+    rec: &mut CallRecord,
+) -> Result<Option<StartedAtOnce>, ApiError> {
+    let Prepared { wanted, base } = prepare(rt, rec)?;
+    if wanted.is_some() {
+        return Ok(None);
+    }
+    let Some(slot) = base.and_then(|b| rt.inner.pool.take_waiting(&b)) else {
+        return Ok(None);
+    };
+    let mut placed = None;
+    let steps = start(rt, rec, Some(slot), None, &mut placed)?;
+    Ok(Some(StartedAtOnce { steps, placed }))
+}
+
+/// A call started in its proposal's write: the steps to record with the proposal's, and the
+/// placed call to run once they are durable (none when its start failed: the steps end it).
+pub(crate) struct StartedAtOnce {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) placed: Option<Placed>,
+}
+
+/// Run a placed call (its steps up to Started durable) in the background.
+pub(crate) fn spawn_placed(rt: &Runtime, rec: CallRecord, placed: Placed) {
+    let rt = rt.clone();
+    tokio::spawn(async move {
+        let id = rec.id.clone();
+        if let Err(e) = run_placed(&rt, rec, placed).await {
+            tracing::error!(call = %id, error = %e, "running the call");
+        }
+    });
+}
+
+/// Run a placed call in its sandbox and record its end.
+async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), ApiError> {
+    let id = rec.id.as_str();
     let outcome = execute(rt, &rec, &mut p.slot).await;
     let base = p.slot.base().clone();
     let outcome = outcome.and_then(|ran| {
@@ -91,8 +154,9 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
             .map_err(|e| format!("keeping the call's artifacts: {e}"))?;
         Ok(ran)
     });
-    // The sandbox and its folder are gone (the credential went when the sandbox did).
-    drop(p.slot);
+    // The sandbox has exited and its credential is gone; its cgroups and folder are removed
+    // once the end is recorded (below).
+    let slot = p.slot;
     let cancelled_by = lock(&rt.inner.cancelled).remove(id);
     let redactor = Redactor::new(p.secret.iter().map(|s| s.expose().as_bytes()));
     let ended = rt
@@ -114,7 +178,10 @@ pub async fn run_call(rt: &Runtime, id: &str) -> Result<(), ApiError> {
     // Another sandbox for the next call of this plan, once this one's end is recorded: starting
     // one takes the cores for milliseconds, and the caller is waiting for this call's result.
     let refill = rt.clone();
-    tokio::spawn(async move { refill.inner.pool.refill(&refill.inner.config, &base) });
+    tokio::task::spawn_blocking(move || {
+        drop(slot);
+        refill.inner.pool.refill(&refill.inner.config, &base);
+    });
     crate::lease::revoke_held(rt, &ended);
     // A dry run that succeeded may be what an approved L5 call of the same args waits for (the
     // re-check reads every waiting call: only then is it worth it).

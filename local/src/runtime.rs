@@ -171,10 +171,42 @@ impl Runtime {
         steps: &[Step],
         idempotency_key: Option<&str>,
     ) -> Result<CallRecord, ApiError> {
-        let began = std::time::SystemTime::now();
+        let mut recorded = Recorded::default();
+        self.record(&mut rec, steps, &mut recorded)?;
+        self.commit(rec, recorded, idempotency_key)
+    }
+
+    /// Record steps on a call in memory (the grant's budget charged or refunded with them),
+    /// adding them to what [`Runtime::commit`] writes next. Callers hold the write lock.
+    pub(crate) fn record(
+        &self,
+        rec: &mut CallRecord,
+        steps: &[Step],
+        into: &mut Recorded,
+    ) -> Result<(), ApiError> {
         let mut steps = steps.to_vec();
-        let ledger = self.budget(&mut rec, &mut steps)?;
-        let events = record_steps(&mut rec, &steps);
+        if let Some(ledger) = self.budget(rec, &mut steps, into.ledger.take())? {
+            into.ledger = Some(ledger);
+        }
+        into.events.extend(record_steps(rec, &steps));
+        into.steps.extend(steps);
+        Ok(())
+    }
+
+    /// Write a record with what was recorded on it (and an idempotency key) in one durable
+    /// transaction, then tell the watchers. Callers hold the write lock.
+    pub(crate) fn commit(
+        &self,
+        rec: CallRecord,
+        recorded: Recorded,
+        idempotency_key: Option<&str>,
+    ) -> Result<CallRecord, ApiError> {
+        let Recorded {
+            began,
+            steps,
+            events,
+            ledger,
+        } = recorded;
         self.inner
             .store
             .save(
@@ -323,15 +355,26 @@ impl Runtime {
         &self,
         rec: &mut CallRecord,
         steps: &mut Vec<Step>,
+        pending: Option<(String, ToolGrantStatus)>,
     ) -> Result<Option<(String, ToolGrantStatus)>, ApiError> {
         let now = Timestamp::now();
         let (grant, charging) = match budget_move(&rec.status, steps) {
-            BudgetMove::Nothing => return Ok(None),
+            BudgetMove::Nothing => return Ok(pending),
             BudgetMove::Charge(g) => (g, true),
             BudgetMove::Refund(g) => (g, false),
         };
         let key = ledger_key(&rec.namespace, &grant);
-        let mut ledger = self.inner.store.ledger(&key).map_err(internal)?;
+        // A ledger changed earlier in the same transaction is the one to change again.
+        let mut ledger = match pending {
+            Some((k, l)) if k == key => l,
+            Some((k, _)) => {
+                return Err(ApiError::Internal(format!(
+                    "call {}: one write would move two grants' budgets ({k} and {key})",
+                    rec.id
+                )));
+            }
+            None => self.inner.store.ledger(&key).map_err(internal)?,
+        };
         if charging {
             let loaded = self.loaded();
             let budget = loaded
@@ -353,6 +396,26 @@ impl Runtime {
             give_back(&mut rec.status, &mut ledger, &rec.id, now);
         }
         Ok(Some((key, ledger)))
+    }
+}
+
+/// Steps recorded on a call and not yet written: its events, the grant ledger they changed, and
+/// when the first was recorded (a trace's span starts there).
+pub(crate) struct Recorded {
+    began: std::time::SystemTime,
+    steps: Vec<Step>,
+    events: Vec<EventRecord>,
+    ledger: Option<(String, ToolGrantStatus)>,
+}
+
+impl Default for Recorded {
+    fn default() -> Recorded {
+        Recorded {
+            began: std::time::SystemTime::now(),
+            steps: Vec::new(),
+            events: Vec::new(),
+            ledger: None,
+        }
     }
 }
 

@@ -198,7 +198,9 @@ impl Slot {
                 }
             },
         };
-        self.sandboxed.cleanup();
+        // Its cgroups and folder go when the slot is dropped, after the call's end is recorded:
+        // nothing runs in them any more (bubblewrap returns once its pid 1, the executor, is
+        // reaped, and the pid namespace with it), and removing them is not the caller's wait.
         let elapsed = started.elapsed();
         let _ = std::fs::remove_dir_all(self.credentials());
         let stderr = match self.stderr.take() {
@@ -330,6 +332,15 @@ impl Pool {
 
     /// A slot for a call of `base`: a waiting one when there is one, else one made now.
     pub(crate) fn take(&self, config: &Config, base: &SandboxPlan) -> Result<Slot, String> {
+        match self.take_waiting(base) {
+            Some(slot) => Ok(slot),
+            None => Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "call"),
+        }
+    }
+
+    /// A slot for a call of `base` that is waiting already, if there is one: quick enough to
+    /// ask under the store's write lock.
+    pub(crate) fn take_waiting(&self, base: &SandboxPlan) -> Option<Slot> {
         let key = Pool::key(base);
         let (found, stale) = {
             let mut plans = lock(&self.plans);
@@ -345,12 +356,12 @@ impl Pool {
             }
             (found, stale)
         };
-        // Dropped outside the lock: each kills its sandbox and removes its folder.
-        drop(stale);
-        match found {
-            Some(slot) => Ok(slot),
-            None => Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "call"),
+        // Dropped outside the lock, and off the caller's way: each kills its sandbox and
+        // removes its cgroups and folder.
+        if !stale.is_empty() {
+            std::thread::spawn(move || drop(stale));
         }
+        found
     }
 
     /// Start slots for `base` until `warm` wait or are being started; the least recently used

@@ -98,6 +98,88 @@ async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain
     assert_eq!(log.lines().count(), 10);
 }
 
+/// A call that needs no credential, proposed while a sandbox of its plan waits, starts in the
+/// proposal's own durable write: ProposeCall answers Running with the steps up to Started, and
+/// the chain, its numbering and the event log on disk are those of a call started in a second
+/// write; it ends as any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_with_a_sandbox_waiting_starts_in_the_proposals_write() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    // The first call of a plan makes its sandbox then; after it, the pool starts others ahead
+    // of demand, once each call's end is recorded.
+    let mut at_once = None;
+    for _ in 0..20 {
+        let call = submit(
+            &mut c,
+            "file.read",
+            serde_json::json!({"path": "src/a.ts"}),
+            "read",
+        )
+        .await;
+        let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+        assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+        assert_eq!(done.output_preview, "export const a = 1;\n");
+        if call.phase == "Running" {
+            at_once = Some(call);
+            break;
+        }
+        assert_eq!(call.phase, "Authorized", "{:#?}", call.conditions);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let call = at_once.expect("no proposal found a sandbox waiting for its plan");
+    for step in [
+        "PolicyChecked",
+        "SandboxPrepared",
+        "CredentialsBound",
+        "Started",
+    ] {
+        assert!(
+            call.conditions
+                .iter()
+                .any(|c| c.r#type == step && c.status == "True"),
+            "{step} in the proposal's answer: {:#?}",
+            call.conditions
+        );
+    }
+    let events = watch(&mut c, AGENT, &call.id).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ToolCallRequested",
+            "ArgsValidated",
+            "PolicyChecked",
+            "SandboxPrepared",
+            "CredentialsBound",
+            "Started",
+            "Finished",
+            "ResultValidated",
+            "ArtifactPersisted",
+            "StateUpdated"
+        ]
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    let done = get(&mut c, &call.id).await;
+    let stdout = done
+        .artifacts
+        .iter()
+        .find(|a| a.artifact_id == "stdout")
+        .expect("stdout artifact");
+    // The executor was told the event that started it: the sixth.
+    assert_eq!(stdout.event_id, format!("{}/6", call.id));
+    let log = std::fs::read_to_string(
+        dir.path()
+            .join("data/calls/team-a")
+            .join(&call.id)
+            .join("events.jsonl"),
+    )
+    .expect("log");
+    assert_eq!(log.lines().count(), 10);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn blocked_paths_stay_hidden_and_credentials_never_reach_the_api() {
     let dir = setup();
@@ -784,7 +866,13 @@ async fn a_session_approval_covers_the_same_args_in_the_same_session_only() {
         .await
         .expect("second")
         .into_inner();
-    assert_eq!(second.phase, "Authorized", "{:?}", second.reasons);
+    // Authorized, and started in the proposal's own write when a sandbox was waiting for it.
+    assert!(
+        matches!(second.phase.as_str(), "Authorized" | "Running"),
+        "{} {:?}",
+        second.phase,
+        second.reasons
+    );
     assert!(
         second.reasons.iter().any(|r| r.code == "approval-granted"),
         "{:?}",
