@@ -30,21 +30,7 @@ async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain
     );
     let events = watch(&mut c, AGENT, &call.id).await;
     let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "ToolCallRequested",
-            "ArgsValidated",
-            "PolicyChecked",
-            "SandboxPrepared",
-            "CredentialsBound",
-            "Started",
-            "Finished",
-            "ResultValidated",
-            "ArtifactPersisted",
-            "StateUpdated"
-        ]
-    );
+    assert_eq!(kinds, ALLOWED_CALL_EVENTS);
     let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
     assert!(events.last().expect("last").terminal);
@@ -145,21 +131,7 @@ async fn a_call_with_a_sandbox_waiting_starts_in_the_proposals_write() {
     }
     let events = watch(&mut c, AGENT, &call.id).await;
     let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "ToolCallRequested",
-            "ArgsValidated",
-            "PolicyChecked",
-            "SandboxPrepared",
-            "CredentialsBound",
-            "Started",
-            "Finished",
-            "ResultValidated",
-            "ArtifactPersisted",
-            "StateUpdated"
-        ]
-    );
+    assert_eq!(kinds, ALLOWED_CALL_EVENTS);
     let seqs: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
     let done = get(&mut c, &call.id).await;

@@ -17,6 +17,20 @@ pub use toolgate_testkit::api::authorized as req;
 pub const AGENT: &str = "agent-token-0123456789abcdef";
 pub const REVIEWER: &str = "reviewer-token-0123456789abcdef";
 pub const OTHER: &str = "other-agent-token-0123456789abcdef";
+/// The events of an allowed call that runs, in order (the chain without an approval's steps).
+pub const ALLOWED_CALL_EVENTS: [&str; 10] = [
+    "ToolCallRequested",
+    "ArgsValidated",
+    "PolicyChecked",
+    "SandboxPrepared",
+    "CredentialsBound",
+    "Started",
+    "Finished",
+    "ResultValidated",
+    "ArtifactPersisted",
+    "StateUpdated",
+];
+
 pub const CANARY: &str = "canary-credential-5d1e77b2";
 
 /// The `toolgate` binary: cargo's own when these suites are the command line's, else the one
@@ -329,6 +343,19 @@ pub async fn submit(
         .await
         .expect("proposed")
         .into_inner()
+}
+
+/// Propose a call as the agent and wait for its end, which must be success; the ended call.
+pub async fn succeed(
+    c: &mut ToolgateClient<Channel>,
+    tool: &str,
+    args: serde_json::Value,
+    action: &str,
+) -> pb::Call {
+    let call = submit(c, tool, args, action).await;
+    let done = wait_phase(c, &call.id, &["Succeeded", "Failed", "Denied", "Cancelled"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    done
 }
 
 /// An approval of what `call` shows.
