@@ -300,7 +300,7 @@ impl Governed {
     /// Start `toolgate local` on the bench's manifests with `extra` arguments and a data folder
     /// of its own, measure, stop it.
     fn measure(root: &Path, ws: &Path, extra: &[&str]) -> Governed {
-        let data = root.join(format!("data-{}", extra.join("-").replace('-', "")));
+        let data = root.join(format!("data{}", extra.concat()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
         command
             .arg("local")

@@ -153,6 +153,44 @@ async fn a_hundred_concurrent_proposals_spend_exactly_the_budget_across_a_restar
     assert_eq!(reason_of(&late, "PolicyChecked"), "BudgetExhausted");
 }
 
+/// A call started in its proposal's write (a sandbox was waiting) is charged once, like one
+/// started in a second write: with a budget of three, three calls run, at least one of them
+/// started at once, and the fourth is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_started_in_its_proposals_write_spends_one_unit() {
+    let dir = setup();
+    budgeted(dir.path(), "{maxCalls: 3}");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let mut at_once = 0;
+    for i in 0..3 {
+        let call = submit(
+            &mut c,
+            "test.echo",
+            serde_json::json!({"msg": format!("call {i}")}),
+            "execute",
+        )
+        .await;
+        if call.phase == "Running" {
+            at_once += 1;
+        }
+        let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+        assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+        // Time for the pool to start a sandbox for the next call.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    assert!(at_once >= 1, "no call found a sandbox waiting for it");
+    let fourth = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "one too many"}),
+        "execute",
+    )
+    .await;
+    assert_eq!(fourth.phase, "Denied", "{:#?}", fourth.conditions);
+    assert_eq!(reason_of(&fourth, "PolicyChecked"), "BudgetExhausted");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_that_fails_before_it_starts_gives_its_unit_back() {
     let dir = setup();

@@ -74,14 +74,7 @@ async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain
     );
     assert_eq!(data, b"export const a = 1;\n");
     // The event log on disk tells the same story.
-    let log = std::fs::read_to_string(
-        dir.path()
-            .join("data/calls/team-a")
-            .join(&done.id)
-            .join("events.jsonl"),
-    )
-    .expect("log");
-    assert_eq!(log.lines().count(), 10);
+    assert_eq!(event_log(dir.path(), &done.id).lines().count(), 10);
 }
 
 /// A call that needs no credential, proposed while a sandbox of its plan waits, starts in the
@@ -142,14 +135,7 @@ async fn a_call_with_a_sandbox_waiting_starts_in_the_proposals_write() {
         .expect("stdout artifact");
     // The executor was told the event that started it: the sixth.
     assert_eq!(stdout.event_id, format!("{}/6", call.id));
-    let log = std::fs::read_to_string(
-        dir.path()
-            .join("data/calls/team-a")
-            .join(&call.id)
-            .join("events.jsonl"),
-    )
-    .expect("log");
-    assert_eq!(log.lines().count(), 10);
+    assert_eq!(event_log(dir.path(), &call.id).lines().count(), 10);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -345,6 +345,12 @@ pub async fn submit(
         .into_inner()
 }
 
+/// The event log on disk of a team-a call of the server whose root is `root`.
+pub fn event_log(root: &Path, id: &str) -> String {
+    std::fs::read_to_string(root.join("data/calls/team-a").join(id).join("events.jsonl"))
+        .expect("the call's event log")
+}
+
 /// Propose a call as the agent and wait for its end, which must be success; the ended call.
 pub async fn succeed(
     c: &mut ToolgateClient<Channel>,
