@@ -1,5 +1,6 @@
 //! Decision latency and view compilation over 10k generated descriptors and 10k grants, the same
-//! decision with 1,000 Cedar ToolPolicy rules, and canonical digests of a 64 KiB args object —
+//! decision with 1,000 Cedar ToolPolicy rules, and canonical digests of a 64 KiB args object (the
+//! args digest's own RFC 8785 writer beside the generic canonicalizer crate) —
 //! each beside the plain alternative, with p50/p99 from a timed loop after criterion's figures.
 //! Run: `cargo bench -p toolgate-core`.
 
@@ -11,7 +12,7 @@ use criterion::Criterion;
 use serde_json::{Value, json};
 use toolgate_core::args::ArgsLimits;
 use toolgate_core::decision::{CallUnderReview, decide, decide_in};
-use toolgate_core::digest::{json_digest, sha256};
+use toolgate_core::digest::{args_digest, json_digest, sha256};
 use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::{GrantEntry, Registry};
@@ -279,6 +280,9 @@ fn main() {
         b.iter(|| compile_view(black_box(&r), &selector_req))
     });
     c.bench_function("digest/canonical sha256 of 64 KiB args", |b| {
+        b.iter(|| args_digest(black_box(&args)))
+    });
+    c.bench_function("digest/canonicalizer crate + sha256 of 64 KiB args", |b| {
         b.iter(|| json_digest(black_box(&args)))
     });
     c.bench_function("digest/plain serde_json + sha256 of 64 KiB args", |b| {
@@ -332,6 +336,12 @@ fn main() {
         ),
         (
             "digest 64 KiB canonical",
+            percentiles(2_000, || {
+                black_box(args_digest(&args).ok());
+            }),
+        ),
+        (
+            "digest 64 KiB, crate",
             percentiles(2_000, || {
                 black_box(json_digest(&args).ok());
             }),

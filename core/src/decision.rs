@@ -257,7 +257,7 @@ pub fn decide(
     }
 
     // Invariant 3: args before policy.
-    d.args_digest = digest::json_digest(&spec.args).ok();
+    d.args_digest = digest::args_digest(&spec.args).ok();
     let report: ArgsReport = match &tool.input_validator {
         Some(v) => validate_args_with(v, &spec.args, limits),
         None => ArgsReport {

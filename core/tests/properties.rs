@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-use toolgate_core::digest::json_digest;
+use toolgate_core::digest::{args_digest, canonical_json, canonical_value, json_digest};
 use toolgate_core::redact::Redactor;
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -19,6 +19,32 @@ fn json_value() -> impl Strategy<Value = Value> {
             prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
             prop::collection::btree_map("[a-z]{1,6}", inner, 0..5)
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Values that reach every corner of RFC 8785: integers past 2^53, doubles of every magnitude,
+/// control characters, property names whose UTF-16 order differs from their UTF-8 order
+/// (U+E000–U+FFFF against characters past U+FFFF).
+fn wide_json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        "[\\x00-\\x1f\"\\\\/a-z\u{7f}\u{e000}\u{fffd}\u{ffff}\u{10000}😀]{0,8}"
+            .prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec(
+                ("[a-z\u{e000}\u{fffd}\u{ffff}\u{10000}😀\n]{0,3}", inner),
+                0..6
+            )
+            .prop_map(|props| Value::Object(props.into_iter().collect())),
         ]
     })
 }
@@ -61,6 +87,18 @@ fn change_one_leaf(v: &mut Value) -> bool {
             s.push('x');
             true
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+    /// The args digest's own canonical writer gives exactly what the canonicalizer crate does.
+    #[test]
+    fn the_args_canonical_form_is_the_crates(v in wide_json_value()) {
+        let ours = canonical_value(&v).unwrap();
+        let crates = canonical_json(&v).unwrap();
+        prop_assert_eq!(String::from_utf8(ours).unwrap(), String::from_utf8(crates).unwrap());
+        prop_assert_eq!(args_digest(&v).unwrap(), json_digest(&v).unwrap());
     }
 }
 
