@@ -72,7 +72,7 @@ pub struct SandboxedCommand {
     /// How the limits are enforced.
     pub enforcement: Enforcement,
     _filters: Vec<File>,
-    _empty: tempfile::NamedTempFile,
+    _empty: Option<tempfile::NamedTempFile>,
     cgroups: Vec<PathBuf>,
     placeholders: Vec<Placeholder>,
 }
@@ -205,22 +205,27 @@ pub fn prepare(
     }
     let filters = [seccomp::deny_filter()?, seccomp::clone3_filter()?]
         .into_iter()
-        .map(|bpf| {
-            let mut f = tempfile::tempfile()?;
-            f.write_all(&bpf)?;
-            f.rewind()?;
-            Ok(f)
-        })
+        .map(|bpf| memory_file(&bpf))
         .collect::<std::io::Result<Vec<File>>>()
         .map_err(|source| SpawnError::Io {
             what: "writing the seccomp filter".into(),
             source,
         })?;
     let fds: Vec<i32> = filters.iter().map(AsRawFd::as_raw_fd).collect();
-    let empty = tempfile::NamedTempFile::new().map_err(|source| SpawnError::Io {
-        what: "creating the empty file hidden paths show".into(),
-        source,
-    })?;
+    // Only a plan that hides files needs one (a file made and removed per sandbox costs an inode).
+    let empty = if plan.hidden.is_empty() {
+        None
+    } else {
+        Some(
+            tempfile::NamedTempFile::new().map_err(|source| SpawnError::Io {
+                what: "creating the empty file hidden paths show".into(),
+                source,
+            })?,
+        )
+    };
+    let empty_path = empty
+        .as_ref()
+        .map_or_else(|| PathBuf::from("/dev/null"), |e| e.path().to_path_buf());
 
     static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let label: String = label
@@ -309,7 +314,7 @@ pub fn prepare(
     }
     let mut command = Command::new(bwrap);
     command
-        .args(arguments(plan, &fds, empty.path(), &kind_of))
+        .args(arguments(plan, &fds, &empty_path, &kind_of))
         .arg("--")
         .arg(program)
         .args(args)
@@ -382,6 +387,23 @@ pub fn prepare(
         cgroups,
         placeholders,
     })
+}
+
+/// An in-memory file holding `bytes`, read from its start: what bubblewrap reads a seccomp filter
+/// from. Not a temporary file on disk: a sandbox made per call should not cost a file made and
+/// removed (on ext4 without a journal, new inodes skip every recently deleted one).
+fn memory_file(bytes: &[u8]) -> std::io::Result<File> {
+    // SAFETY: memfd_create(2) with a NUL-terminated name and a flag; the descriptor it returns is
+    // new and owned by the File from here on.
+    let fd = unsafe { libc::memfd_create(c"toolgate-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a valid descriptor nobody else owns.
+    let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.write_all(bytes)?;
+    file.rewind()?;
+    Ok(file)
 }
 
 fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> std::io::Result<()> {
