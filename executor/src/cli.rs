@@ -1,6 +1,7 @@
 //! The executor's command line, shared by `toolgate-executor` and `toolgate executor` (the embedded
 //! runtime runs the latter inside its sandbox, so one binary is all a new user builds).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,12 +20,14 @@ pub struct Args {
     /// Folder holding the credential files the spec names (default: the spec's folder).
     #[arg(long)]
     pub credentials: Option<PathBuf>,
-    /// Where to write the result (in a pod: /dev/termination-log). Always printed to stdout too.
+    /// Where to write the result (in a pod: /dev/termination-log). Always printed to stdout too,
+    /// last: with `--wait-for-go` the line on stdout tells the runtime the call has ended.
     #[arg(long)]
     pub result: Option<PathBuf>,
     /// Start, then wait for a line on stdin before reading the spec: the embedded runtime starts
     /// sandboxes ahead of demand and writes the spec and credentials only once a call is given
-    /// to one. End of input without a line ends the executor, having run nothing.
+    /// to one. End of input without a line ends the executor, having run nothing. As the sandbox's
+    /// pid 1 it ends every other process of the sandbox before it writes the result.
     #[arg(long)]
     pub wait_for_go: bool,
 }
@@ -35,9 +38,30 @@ fn wait_for_go() -> bool {
     matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0)
 }
 
+/// End every other process of the sandbox before its result is told: the embedded runtime
+/// records a call's end as soon as the executor prints the result (`--wait-for-go`), without
+/// waiting for bubblewrap to tear the namespaces down, so nothing the tool started may still run
+/// then — not even a process that left the tool's group (`setsid`). As the namespace's pid 1
+/// (bubblewrap's `--as-pid-1`) the executor sees every such process: orphans are its children.
+/// SIGKILL to all of them (kill(-1) spares the caller), then reap until none is left. Outside a
+/// pid namespace of its own this does nothing: kill(-1) there would reach the user's processes.
+fn end_the_others() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::waitpid;
+    use nix::unistd::{Pid, getpid};
+    if getpid() != Pid::from_raw(1) {
+        return;
+    }
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    // Blocks until each is gone; ECHILD once none is left (SIGKILL cannot be caught).
+    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+}
+
 fn write_result(args: &Args, result: &CallResult) {
+    if args.wait_for_go {
+        end_the_others();
+    }
     let json = serde_json::to_string(result).unwrap_or_else(|e| format!("{{\"status\":\"error\",\"error\":{{\"code\":\"internal\",\"message\":\"{e}\",\"retryable\":false}}}}"));
-    println!("{json}");
     if let Some(path) = &args.result
         && let Err(e) = std::fs::write(path, &json)
     {
@@ -46,6 +70,10 @@ fn write_result(args: &Args, result: &CallResult) {
             path.display()
         );
     }
+    // Last: the embedded runtime reads the result file once this line arrives. Not `println!`,
+    // which panics when nobody reads any more.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{json}").and_then(|()| out.flush());
 }
 
 /// Run the call described by `args`; the exit code says how it ended (README).

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use toolgate_crds::CallResult;
 use toolgate_sandbox::SandboxPlan;
 
@@ -52,6 +52,8 @@ pub(crate) struct Slot {
     sandboxed: toolgate_sandbox::SandboxedCommand,
     child: tokio::process::Child,
     go: Option<tokio::process::ChildStdin>,
+    /// The executor's stdout: its result line says the call has ended.
+    said: Option<tokio::process::ChildStdout>,
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
     pgid: Option<i32>,
     made: Instant,
@@ -113,7 +115,7 @@ impl Slot {
         ));
         command
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = command
@@ -121,6 +123,7 @@ impl Slot {
             .map_err(|e| format!("starting bubblewrap: {e}"))?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
         let go = child.stdin.take();
+        let said = child.stdout.take();
         let stderr = Some(tokio::spawn(read_stderr(child.stderr.take())));
         folder.0 = None;
         Ok(Slot {
@@ -131,6 +134,7 @@ impl Slot {
             sandboxed,
             child,
             go,
+            said,
             stderr,
             pgid,
             made: Instant::now(),
@@ -175,6 +179,11 @@ impl Slot {
     /// Tell the executor to go (its spec and credential are in the folder), wait for it with the
     /// plan's time limit and a grace, and read its result. The result, and how long the sandbox
     /// ran from the go.
+    ///
+    /// The call has ended when the executor prints its result, not when bubblewrap returns: as
+    /// the sandbox's pid 1 it has killed and reaped every other process of the sandbox by then
+    /// (`toolgate_executor::cli`), and what is left — its own exit, the namespaces torn down —
+    /// is nobody's wait. Its cgroups and folder go with the slot, after the end is recorded.
     pub(crate) async fn run(&mut self) -> Result<(CallResult, Duration), String> {
         let started = Instant::now();
         let told = match self.go.take() {
@@ -184,7 +193,7 @@ impl Slot {
         let limit = self.plan.limits.timeout + KILL_GRACE;
         let status = match told {
             Err(e) => Err(format!("starting the call in its sandbox: {e}")),
-            Ok(()) => match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(()) => match tokio::time::timeout(limit, self.end()).await {
                 Ok(s) => s.map_err(|e| format!("waiting for the sandbox: {e}")),
                 Err(_) => {
                     if let Some(pg) = self.pgid {
@@ -198,24 +207,47 @@ impl Slot {
                 }
             },
         };
-        // Its cgroups and folder go when the slot is dropped, after the call's end is recorded:
-        // nothing runs in them any more (bubblewrap returns once its pid 1, the executor, is
-        // reaped, and the pid namespace with it), and removing them is not the caller's wait.
         let elapsed = started.elapsed();
         let _ = std::fs::remove_dir_all(self.credentials());
-        let stderr = match self.stderr.take() {
-            Some(reader) => reader.await.unwrap_or_default(),
-            None => Vec::new(),
-        };
         let status = status?;
         match std::fs::read(self.dir.join("out/result.json")) {
-            Ok(bytes) => serde_json::from_slice::<CallResult>(&bytes)
+            Ok(bytes) if !bytes.is_empty() => serde_json::from_slice::<CallResult>(&bytes)
                 .map(|r| (r, elapsed))
                 .map_err(|e| format!("the executor's result is not valid: {e}")),
-            Err(_) => Err(format!(
-                "the executor wrote no result ({status}); stderr: {}",
-                String::from_utf8_lossy(&stderr).trim()
-            )),
+            _ => {
+                // Read to its end: the executor has exited, or exits now that it has said all.
+                let stderr = match self.stderr.take() {
+                    Some(reader) => reader.await.unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                Err(format!(
+                    "the executor wrote no result ({status}); stderr: {}",
+                    String::from_utf8_lossy(&stderr).trim()
+                ))
+            }
+        }
+    }
+
+    /// Until the executor prints its result line, or exits without one.
+    async fn end(&mut self) -> std::io::Result<Ended> {
+        let said = self.said.take();
+        let told = async move {
+            let mut line = Vec::new();
+            if let Some(out) = said {
+                let mut out = tokio::io::BufReader::new(out);
+                if matches!(out.read_until(b'\n', &mut line).await, Ok(n) if n > 0)
+                    && line.ends_with(b"\n")
+                {
+                    return;
+                }
+            }
+            // No line (end of output): the exit says how it ended.
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            () = told => Ok(Ended::Told),
+            status = self.child.wait() => status.map(Ended::Exited),
         }
     }
 
@@ -250,6 +282,23 @@ impl Drop for Slot {
         }
         self.sandboxed.cleanup();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How a sandbox's run ended.
+enum Ended {
+    /// The executor printed its result (and is exiting).
+    Told,
+    /// bubblewrap exited first, with this status.
+    Exited(std::process::ExitStatus),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Told => f.write_str("it said it ended"),
+            Ended::Exited(status) => write!(f, "{status}"),
+        }
     }
 }
 

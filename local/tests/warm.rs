@@ -37,12 +37,24 @@ fn add_tools(root: &Path) {
                 "[sh, -c, \"cat /tmp/left 2>/dev/null || echo clean\"]",
             ),
         ),
+        (
+            // Leaves a process in a session of its own, out of reach of the tool's group.
+            "w-linger",
+            tool(
+                "w.linger",
+                "[sh, -c, \"setsid sleep 317 </dev/null >/dev/null 2>&1 & echo started\"]",
+            ),
+        ),
     ] {
         std::fs::write(m.join(format!("tools/{file}.yaml")), text).expect("tool");
     }
     std::fs::write(
         m.join("w-grant.yaml"),
-        toolgate_testkit::fixtures::grant("team-a", "warm-tools", &["w.leave", "w.look"]),
+        toolgate_testkit::fixtures::grant(
+            "team-a",
+            "warm-tools",
+            &["w.leave", "w.look", "w.linger"],
+        ),
     )
     .expect("grant");
 }
@@ -233,5 +245,33 @@ async fn calls_run_with_the_data_folder_outside_the_temporary_folder_warm_and_co
             );
             assert_eq!(done.output_preview, "left\n");
         }
+    }
+}
+
+/// A call's end is recorded once its executor has printed the result, before bubblewrap is gone;
+/// by then nothing the tool started runs any more, not even a process in a session of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_a_tool_started_outlives_the_recorded_end_of_its_call() {
+    let dir = setup();
+    add_tools(dir.path());
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let lingering = || {
+        let out = Command::new("pgrep")
+            .args(["-f", "^sleep 317$"])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(lingering(), "", "a `sleep 317` runs before the test");
+    for _ in 0..3 {
+        let (done, _) = run(&mut c, "w.linger").await;
+        assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+        assert_eq!(done.output_preview, "started\n");
+        assert_eq!(
+            lingering(),
+            "",
+            "the tool's process outlived its call's end"
+        );
     }
 }
