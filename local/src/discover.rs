@@ -151,7 +151,9 @@ pub(crate) async fn list_tools(
     let (result, _) = slot.run().await?;
     let store = toolgate_artifacts::ArtifactStore::open(&artifacts)
         .map_err(|e| format!("its artifacts: {e}"))?;
-    toolgate_executor::discover::read_listed(&result, &store).await
+    let listed = toolgate_executor::discover::read_listed(&result, &store).await;
+    slot.exited().await;
+    listed
 }
 
 impl Runtime {

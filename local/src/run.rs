@@ -154,8 +154,9 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
             .map_err(|e| format!("keeping the call's artifacts: {e}"))?;
         Ok(ran)
     });
-    // The sandbox has exited and its credential is gone; its cgroups and folder are removed
-    // once the end is recorded (below).
+    // The executor has told its end (every other process of the sandbox gone) and the credential
+    // is removed; the sandbox's exit is waited for, and its cgroups and folder removed, once the
+    // end is recorded (below).
     let slot = p.slot;
     let cancelled_by = lock(&rt.inner.cancelled).remove(id);
     let redactor = Redactor::new(p.secret.iter().map(|s| s.expose().as_bytes()));
@@ -175,12 +176,18 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
             })
         })
         .await?;
-    // Another sandbox for the next call of this plan, once this one's end is recorded: starting
-    // one takes the cores for milliseconds, and the caller is waiting for this call's result.
+    // Another sandbox for the next call of this plan, once this one's end is recorded and its
+    // sandbox is gone: starting one takes the cores for milliseconds, and the caller is waiting
+    // for this call's result.
     let refill = rt.clone();
-    tokio::task::spawn_blocking(move || {
-        drop(slot);
-        refill.inner.pool.refill(&refill.inner.config, &base);
+    let mut slot = slot;
+    tokio::spawn(async move {
+        slot.exited().await;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(slot);
+            refill.inner.pool.refill(&refill.inner.config, &base);
+        })
+        .await;
     });
     crate::lease::revoke_held(rt, &ended);
     // A dry run that succeeded may be what an approved L5 call of the same args waits for (the

@@ -228,6 +228,22 @@ impl Slot {
         }
     }
 
+    /// Until bubblewrap has exited (it returns once its pid 1, the executor, is reaped), killed
+    /// after a grace. A sandbox whose executor has told its end is gone within milliseconds;
+    /// waiting for it here, rather than killing it on drop, lets bubblewrap reap the executor,
+    /// so the CPU time of the whole sandbox stays accounted to this process's children.
+    pub(crate) async fn exited(&mut self) {
+        if tokio::time::timeout(KILL_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            if let Some(pg) = self.pgid {
+                kill_group(pg);
+            }
+            let _ = self.child.wait().await;
+        }
+    }
+
     /// Until the executor prints its result line, or exits without one.
     async fn end(&mut self) -> std::io::Result<Ended> {
         let said = self.said.take();
