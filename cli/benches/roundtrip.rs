@@ -417,8 +417,8 @@ impl Governed {
                 String::from_utf8_lossy(&out.stderr)
             );
         });
-        // Throughput: N agents, each on its own channel, proposing and watching in a loop (4: the
-        // most calls a second short of queueing; 8 and 32: the queue grows with the agents).
+        // Throughput: N agents, each on its own channel, proposing and watching in a loop. With
+        // more agents than the cores can serve at once, calls queue and latency grows with them.
         let throughput = [4usize, 8, 32]
             .iter()
             .map(|&agents| {
