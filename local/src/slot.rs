@@ -10,12 +10,12 @@
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 use toolgate_crds::CallResult;
 use toolgate_sandbox::SandboxPlan;
 
@@ -50,10 +50,10 @@ pub(crate) struct Slot {
     plan: SandboxPlan,
     artifacts: ArtifactsAt,
     sandboxed: toolgate_sandbox::SandboxedCommand,
-    child: tokio::process::Child,
-    go: Option<tokio::process::ChildStdin>,
+    child: toolgate_sandbox::Process,
+    go: Option<pipe::Sender>,
     /// The executor's stdout: its result line says the call has ended.
-    said: Option<tokio::process::ChildStdout>,
+    said: Option<pipe::Receiver>,
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
     pgid: Option<i32>,
     made: Instant,
@@ -107,24 +107,18 @@ impl Slot {
             dir.join("out/result.json").into(),
             "--wait-for-go".into(),
         ]);
-        let mut sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
+        let sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
             .map_err(|e| e.to_string())?;
-        let mut command = tokio::process::Command::from(std::mem::replace(
-            &mut sandboxed.command,
-            std::process::Command::new("true"),
-        ));
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("starting bubblewrap: {e}"))?;
-        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        let go = child.stdin.take();
-        let said = child.stdout.take();
-        let stderr = Some(tokio::spawn(read_stderr(child.stderr.take())));
+        let started = sandboxed.start_piped().map_err(|e| e.to_string())?;
+        let pgid = Some(started.process.id());
+        let streams = |e: std::io::Error| format!("the sandbox's streams: {e}");
+        let go = pipe::Sender::from_owned_fd(started.stdin).map_err(streams)?;
+        let said = pipe::Receiver::from_owned_fd(started.stdout).map_err(streams)?;
+        let stderr = pipe::Receiver::from_owned_fd(started.stderr).map_err(streams)?;
+        let child = started.process;
+        let go = Some(go);
+        let said = Some(said);
+        let stderr = Some(tokio::spawn(read_stderr(stderr)));
         folder.0 = None;
         Ok(Slot {
             dir,
@@ -335,17 +329,15 @@ pub(crate) fn slots_folder(data: &Path) -> PathBuf {
 }
 
 /// The first bytes of the executor's stderr; the rest is drained.
-async fn read_stderr(mut stderr: Option<tokio::process::ChildStderr>) -> Vec<u8> {
+async fn read_stderr(mut stderr: pipe::Receiver) -> Vec<u8> {
     let mut kept = Vec::new();
-    if let Some(s) = stderr.as_mut() {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = s.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            if kept.len() < STDERR_KEPT {
-                kept.extend_from_slice(&buf[..n.min(STDERR_KEPT - kept.len())]);
-            }
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        if kept.len() < STDERR_KEPT {
+            kept.extend_from_slice(&buf[..n.min(STDERR_KEPT - kept.len())]);
         }
     }
     kept

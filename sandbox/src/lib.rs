@@ -13,10 +13,12 @@
 //! the one confinement that also works inside an unprivileged Kubernetes pod.
 
 pub mod bwrap;
+mod child;
 pub mod confine;
 pub mod plan;
 pub mod seccomp;
 pub mod spawn;
 
+pub use child::{Process, Started};
 pub use plan::{Network, ResolveError, SandboxPlan, resolve};
 pub use spawn::{SandboxedCommand, SpawnError, prepare};

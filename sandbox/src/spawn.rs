@@ -2,10 +2,11 @@
 //! the seccomp filters on inherited descriptors, rlimits set between fork and exec, and the
 //! child placed in fresh memory and pids cgroups when the machine lets us create them.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,6 +14,7 @@ use std::process::{Command, Stdio};
 use serde::Serialize;
 
 use crate::bwrap::{arguments, kind_of};
+use crate::child::{ChildSetup, Failed, Started, start_piped};
 use crate::plan::SandboxPlan;
 use crate::seccomp;
 
@@ -71,6 +73,10 @@ pub struct SandboxedCommand {
     pub command: Command,
     /// How the limits are enforced.
     pub enforcement: Enforcement,
+    /// bubblewrap's path and arguments, for [`SandboxedCommand::start_piped`].
+    argv: Vec<CString>,
+    /// What the child does before bubblewrap's exec (both ways of starting it).
+    setup: ChildSetup,
     _filters: Vec<File>,
     _empty: Option<tempfile::NamedTempFile>,
     cgroups: Vec<PathBuf>,
@@ -129,6 +135,16 @@ impl Placeholder {
 }
 
 impl SandboxedCommand {
+    /// Start it with its standard streams piped, without copying this process (see
+    /// [`crate::child`]); the same process `command` would start. The caller reaps the pid,
+    /// then calls [`SandboxedCommand::cleanup`] (or drops this).
+    pub fn start_piped(&self) -> Result<Started, SpawnError> {
+        start_piped(&self.argv, &self.setup).map_err(|source| SpawnError::Io {
+            what: "starting bubblewrap".into(),
+            source,
+        })
+    }
+
     /// Remove the cgroups once the sandbox has exited, killing anything left in them first, and
     /// the placeholders of blocked paths.
     pub fn cleanup(&mut self) {
@@ -331,56 +347,39 @@ pub fn prepare(
     } else {
         None
     };
-    let procs_fds: Vec<i32> = procs_files.iter().map(AsRawFd::as_raw_fd).collect();
-    let seccomp_fds = fds.clone();
     // SAFETY: getpid(2) cannot fail.
     let parent = unsafe { libc::getpid() };
+    let setup = ChildSetup {
+        parent,
+        procs: procs_files.iter().map(AsRawFd::as_raw_fd).collect(),
+        inherit: fds.clone(),
+        limits: vec![
+            (libc::RLIMIT_CORE, Some(0)),
+            (libc::RLIMIT_CPU, limits.cpu_seconds),
+            (libc::RLIMIT_FSIZE, limits.file_bytes),
+            (libc::RLIMIT_AS, address_space),
+            (libc::RLIMIT_NPROC, nproc),
+        ],
+    };
+    let argv = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<CString>, _>>()
+        .map_err(|e| SpawnError::Io {
+            what: "a sandbox argument".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
+    let in_child = setup.clone();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, getppid, write, fcntl, setrlimit) on values prepared before the fork; it
-    // allocates nothing.
+    // calls on values prepared before the fork (ChildSetup::apply); it allocates nothing.
     unsafe {
-        command.pre_exec(move || {
-            // The sandbox dies with the runtime that started it, even by SIGKILL, from the first
-            // instruction on (bubblewrap's own --die-with-parent is set only once it runs); a
-            // parent already gone by now means nobody would ever reap or time the sandbox. The
-            // signal follows the spawning *thread*: spawn from a thread that lives as long as the
-            // sandbox should (an async task's worker, never a short-lived blocking thread).
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "the runtime ended before its sandbox started",
-                ));
-            }
-            for fd in &procs_fds {
-                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for fd in &seccomp_fds {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            set_limit(libc::RLIMIT_CORE, Some(0))?;
-            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
-            set_limit(libc::RLIMIT_FSIZE, limits.file_bytes)?;
-            set_limit(libc::RLIMIT_AS, address_space)?;
-            set_limit(libc::RLIMIT_NPROC, nproc)?;
-            Ok(())
-        });
+        command.pre_exec(move || in_child.apply().map_err(Failed::into_io));
     }
     let _keep = procs_files;
     Ok(SandboxedCommand {
         command,
+        argv,
+        setup,
         enforcement,
         _filters: filters.into_iter().chain(_keep).collect(),
         _empty: empty,
@@ -404,19 +403,6 @@ fn memory_file(bytes: &[u8]) -> std::io::Result<File> {
     file.write_all(bytes)?;
     file.rewind()?;
     Ok(file)
-}
-
-fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> std::io::Result<()> {
-    let Some(v) = value else { return Ok(()) };
-    let lim = libc::rlimit {
-        rlim_cur: v,
-        rlim_max: v,
-    };
-    // SAFETY: setrlimit(2) with a valid struct on the stack.
-    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// This process's own cgroup folder under a v1 controller, where sandboxes' cgroups are made.
