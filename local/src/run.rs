@@ -183,11 +183,11 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
     let mut slot = slot;
     tokio::spawn(async move {
         slot.exited().await;
-        let _ = tokio::task::spawn_blocking(move || {
-            drop(slot);
-            refill.inner.pool.refill(&refill.inner.config, &base);
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || drop(slot)).await;
+        let pool = refill.clone();
+        pool.inner
+            .pool
+            .in_background(move || refill.inner.pool.refill(&refill.inner.config, &base));
     });
     crate::lease::revoke_held(rt, &ended);
     // A dry run that succeeded may be what an approved L5 call of the same args waits for (the

@@ -349,7 +349,15 @@ pub(crate) struct Pool {
     warm: usize,
     /// Least recently used plan first.
     plans: Mutex<Vec<Plan>>,
+    /// The thread slots are started ahead of demand from, for as long as the pool lives: a
+    /// sandbox's parent-death signal follows the *thread* that started it, and tokio ends a
+    /// blocking thread after ten idle seconds (the waiting sandboxes of a quiet runtime died
+    /// with it, and its next call started cold).
+    starter: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
 }
+
+/// Work for the starter thread.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// The slots of one plan.
 struct Plan {
@@ -365,6 +373,7 @@ impl Pool {
         Pool {
             warm,
             plans: Mutex::new(Vec::new()),
+            starter: Mutex::new(None),
         }
     }
 
@@ -419,6 +428,38 @@ impl Pool {
             std::thread::spawn(move || drop(stale));
         }
         found
+    }
+
+    /// Run `job` on the pool's starter thread (started on first use, inside this tokio runtime),
+    /// after the jobs before it; inline when it cannot be started.
+    pub(crate) fn in_background(&self, job: impl FnOnce() + Send + 'static) {
+        let mut starter = lock(&self.starter);
+        if starter.is_none()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (jobs, next) = std::sync::mpsc::channel::<Job>();
+            let spawned = std::thread::Builder::new()
+                .name("toolgate-sandboxes".into())
+                .spawn(move || {
+                    let _runtime = runtime.enter();
+                    while let Ok(job) = next.recv() {
+                        job();
+                    }
+                });
+            match spawned {
+                Ok(_) => *starter = Some(jobs),
+                Err(e) => tracing::warn!(error = %e, "starting the sandbox starter thread"),
+            }
+        }
+        let job: Job = Box::new(job);
+        let unsent = match starter.as_ref() {
+            Some(jobs) => jobs.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        drop(starter);
+        if let Some(job) = unsent {
+            job();
+        }
     }
 
     /// Start slots for `base` until `warm` wait or are being started; the least recently used

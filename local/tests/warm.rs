@@ -275,3 +275,35 @@ async fn nothing_a_tool_started_outlives_the_recorded_end_of_its_call() {
         );
     }
 }
+
+/// Waiting sandboxes last through a quiet spell: their parent-death signal follows the thread
+/// that started them, which must live as long as the runtime (tokio ends an idle blocking thread
+/// after ten seconds; the sandboxes started from one died with it).
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_sandboxes_outlive_a_quiet_spell() {
+    let dir = setup();
+    add_tools(dir.path());
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let (done, _) = run(&mut c, "w.look").await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut waiting = waiting_slots(&data);
+    while waiting.len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waiting = waiting_slots(&data);
+    }
+    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        waiting_slots(&data),
+        waiting,
+        "the same sandboxes still wait after 12 idle seconds"
+    );
+    let (look, sandbox) = run(&mut c, "w.look").await;
+    assert_eq!(look.phase, "Succeeded", "{:#?}", look.conditions);
+    let slots = data.join("slots").display().to_string();
+    let slot = slot_in(&sandbox, &slots).expect("the call's sandbox names its slot");
+    assert!(waiting.contains(&slot), "{slot} was not one that waited");
+}
