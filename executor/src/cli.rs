@@ -54,7 +54,7 @@ fn end_the_others() {
     }
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     // Blocks until each is gone; ECHILD once none is left (SIGKILL cannot be caught).
-    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(-1), None) {}
 }
 
 fn write_result(args: &Args, result: &CallResult) {
