@@ -17,17 +17,18 @@ pub fn canonical_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Canonic
 
 /// `sha256:<hex>` of bytes.
 pub fn sha256(bytes: &[u8]) -> String {
-    prefixed_hex(&Sha256::digest(bytes))
+    prefixed_hex(&Sha256::digest(bytes).into())
 }
 
 /// `sha256:` and the hex of a digest, in one allocation (digests are made on every decision).
-fn prefixed_hex(digest: &[u8]) -> String {
+fn prefixed_hex(digest: &[u8; 32]) -> String {
     const PREFIX: &str = "sha256:";
     let mut hex = [0u8; 64];
     let mut out = String::with_capacity(PREFIX.len() + hex.len());
     out.push_str(PREFIX);
-    if hex::encode_to_slice(digest, &mut hex[..digest.len() * 2]).is_ok()
-        && let Ok(text) = std::str::from_utf8(&hex[..digest.len() * 2])
+    // Neither can fail: 64 bytes take the hex of 32 exactly, and hex is ASCII.
+    if hex::encode_to_slice(digest, &mut hex).is_ok()
+        && let Ok(text) = std::str::from_utf8(&hex)
     {
         out.push_str(text);
     }

@@ -157,7 +157,7 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
     // The executor has told its end (every other process of the sandbox gone) and the credential
     // is removed; the sandbox's exit is waited for, and its cgroups and folder removed, once the
     // end is recorded (below).
-    let slot = p.slot;
+    let mut slot = p.slot;
     let cancelled_by = lock(&rt.inner.cancelled).remove(id);
     let redactor = Redactor::new(p.secret.iter().map(|s| s.expose().as_bytes()));
     let ended = rt
@@ -179,13 +179,13 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
     // Another sandbox for the next call of this plan, once this one's end is recorded and its
     // sandbox is gone: starting one takes the cores for milliseconds, and the caller is waiting
     // for this call's result.
-    let refill = rt.clone();
-    let mut slot = slot;
+    let owner = rt.clone();
     tokio::spawn(async move {
         slot.exited().await;
         let _ = tokio::task::spawn_blocking(move || drop(slot)).await;
-        let pool = refill.clone();
-        pool.inner
+        let refill = owner.clone();
+        owner
+            .inner
             .pool
             .in_background(move || refill.inner.pool.refill(&refill.inner.config, &base));
     });
@@ -314,9 +314,7 @@ async fn execute(
     slot: &mut crate::slot::Slot,
 ) -> Result<(CallResult, Duration), String> {
     // Known while it runs, so a cancel can kill its process group.
-    if let Some(pg) = slot.process_group() {
-        lock(&rt.inner.running).insert(rec.id.clone(), pg);
-    }
+    lock(&rt.inner.running).insert(rec.id.clone(), slot.process_group());
     let ran = slot.run().await;
     lock(&rt.inner.running).remove(&rec.id);
     ran

@@ -24,6 +24,8 @@ use crate::runtime::{Config, lock};
 
 /// Bytes of the executor's stderr kept for a failure message.
 const STDERR_KEPT: usize = 4096;
+/// The longest result line read from the executor (its result is at most 4 KiB).
+const RESULT_LINE_MAX: u64 = 64 * 1024;
 /// Grace after the sandbox's own timeout before the runtime kills it.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 /// A waiting slot older than this is replaced by a fresh one when next asked for (its plan's
@@ -55,7 +57,6 @@ pub(crate) struct Slot {
     /// The executor's stdout: its result line says the call has ended.
     said: Option<pipe::Receiver>,
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
-    pgid: Option<i32>,
     made: Instant,
 }
 
@@ -110,15 +111,10 @@ impl Slot {
         let sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
             .map_err(|e| e.to_string())?;
         let started = sandboxed.start_piped().map_err(|e| e.to_string())?;
-        let pgid = Some(started.process.id());
         let streams = |e: std::io::Error| format!("the sandbox's streams: {e}");
         let go = pipe::Sender::from_owned_fd(started.stdin).map_err(streams)?;
         let said = pipe::Receiver::from_owned_fd(started.stdout).map_err(streams)?;
         let stderr = pipe::Receiver::from_owned_fd(started.stderr).map_err(streams)?;
-        let child = started.process;
-        let go = Some(go);
-        let said = Some(said);
-        let stderr = Some(tokio::spawn(read_stderr(stderr)));
         folder.0 = None;
         Ok(Slot {
             dir,
@@ -126,11 +122,10 @@ impl Slot {
             plan,
             artifacts,
             sandboxed,
-            child,
-            go,
-            said,
-            stderr,
-            pgid,
+            child: started.process,
+            go: Some(go),
+            said: Some(said),
+            stderr: Some(tokio::spawn(read_stderr(stderr))),
             made: Instant::now(),
         })
     }
@@ -160,9 +155,9 @@ impl Slot {
         self.dir.join("artifacts")
     }
 
-    /// Its process group while it runs, so a cancel can kill it.
-    pub(crate) fn process_group(&self) -> Option<i32> {
-        self.pgid
+    /// Its process group (bubblewrap leads its own), so a cancel can kill it.
+    pub(crate) fn process_group(&self) -> i32 {
+        self.child.id()
     }
 
     /// Still waiting, and young enough to be given a call.
@@ -190,9 +185,7 @@ impl Slot {
             Ok(()) => match tokio::time::timeout(limit, self.end()).await {
                 Ok(s) => s.map_err(|e| format!("waiting for the sandbox: {e}")),
                 Err(_) => {
-                    if let Some(pg) = self.pgid {
-                        kill_group(pg);
-                    }
+                    kill_group(self.child.id());
                     let _ = self.child.wait().await;
                     Err(format!(
                         "the sandbox outlived its time limit ({} ms) and was killed",
@@ -231,9 +224,7 @@ impl Slot {
             .await
             .is_err()
         {
-            if let Some(pg) = self.pgid {
-                kill_group(pg);
-            }
+            kill_group(self.child.id());
             let _ = self.child.wait().await;
         }
     }
@@ -244,7 +235,8 @@ impl Slot {
         let told = async move {
             let mut line = Vec::new();
             if let Some(out) = said {
-                let mut out = tokio::io::BufReader::new(out);
+                // The result is at most 4 KiB of JSON: a longer line is not one.
+                let mut out = tokio::io::BufReader::new(out.take(RESULT_LINE_MAX));
                 if matches!(out.read_until(b'\n', &mut line).await, Ok(n) if n > 0)
                     && line.ends_with(b"\n")
                 {
@@ -285,10 +277,8 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(pg) = self.pgid
-            && matches!(self.child.try_wait(), Ok(None))
-        {
-            kill_group(pg);
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill_group(self.child.id());
         }
         self.sandboxed.cleanup();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -73,6 +73,18 @@ fn waiting_slots(data: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// The two sandboxes a plan keeps waiting by default, once both are up (within 20 s).
+async fn two_waiting(data: &Path) -> BTreeSet<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut waiting = waiting_slots(data);
+    while waiting.len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waiting = waiting_slots(data);
+    }
+    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    waiting
+}
+
 /// The slot folder (`<data>/slots/<name>`) a text names first.
 fn slot_in(text: &str, slots: &str) -> Option<String> {
     let at = text.find(slots)? + slots.len() + 1;
@@ -105,13 +117,7 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
     assert_eq!(left.output_preview, "left\n");
 
     // After the first run of a plan, two sandboxes of it wait (the default).
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut waiting = waiting_slots(&data);
-    while waiting.len() < 2 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        waiting = waiting_slots(&data);
-    }
-    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    let waiting = two_waiting(&data).await;
     // Nothing of any call is in a waiting sandbox's folder: no spec, no credential, no output.
     for slot in &waiting {
         let slot = Path::new(slot);
@@ -288,13 +294,7 @@ async fn waiting_sandboxes_outlive_a_quiet_spell() {
     let mut c = server.client().await;
     let (done, _) = run(&mut c, "w.look").await;
     assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut waiting = waiting_slots(&data);
-    while waiting.len() < 2 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        waiting = waiting_slots(&data);
-    }
-    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    let waiting = two_waiting(&data).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
         waiting_slots(&data),

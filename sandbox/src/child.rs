@@ -408,3 +408,76 @@ impl Drop for Process {
         std::thread::spawn(move || reap(pid));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn setup(parent: libc::pid_t) -> ChildSetup {
+        ChildSetup {
+            parent,
+            procs: vec![],
+            inherit: vec![],
+            limits: vec![(libc::RLIMIT_CORE, Some(0))],
+        }
+    }
+
+    fn argv(args: &[&str]) -> Vec<CString> {
+        args.iter()
+            .map(|a| CString::new(*a).expect("argument"))
+            .collect()
+    }
+
+    fn own_pid() -> libc::pid_t {
+        // SAFETY: getpid(2) cannot fail.
+        unsafe { libc::getpid() }
+    }
+
+    #[test]
+    fn a_started_process_has_its_streams_and_its_exit_status() {
+        let started = start_piped(
+            &argv(&[
+                "/bin/sh",
+                "-c",
+                "read x; echo \"got $x\"; ulimit -c; exit 4",
+            ]),
+            &setup(own_pid()),
+        )
+        .expect("started");
+        let mut process = started.process;
+        std::fs::File::from(started.stdin)
+            .write_all(b"hi\n")
+            .expect("stdin");
+        let mut out = String::new();
+        std::fs::File::from(started.stdout)
+            .read_to_string(&mut out)
+            .expect("stdout");
+        assert_eq!(out, "got hi\n0\n");
+        let status = loop {
+            if let Some(s) = process.try_wait().expect("wait") {
+                break s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        assert_eq!(status.code(), Some(4));
+    }
+
+    #[test]
+    fn a_failed_exec_names_its_step_and_errno() {
+        let e = start_piped(&argv(&["/nonexistent/bwrap"]), &setup(own_pid()))
+            .expect_err("nothing to execute");
+        let text = e.to_string();
+        assert!(text.starts_with("executing bubblewrap: "), "{text}");
+        assert!(text.contains("No such file"), "{text}");
+    }
+
+    #[test]
+    fn a_child_whose_parent_is_not_the_runtime_stops_before_the_exec() {
+        let e = start_piped(&argv(&["/bin/true"]), &setup(1)).expect_err("wrong parent");
+        assert!(
+            e.to_string().starts_with("finding its parent alive: "),
+            "{e}"
+        );
+    }
+}
