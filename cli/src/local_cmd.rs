@@ -55,7 +55,8 @@ pub struct LocalArgs {
     pub otlp_endpoint: Option<String>,
     /// Sandboxes kept started ahead of demand for each sandbox plan a call has used: the
     /// executor already waiting inside, each given to exactly one call and destroyed after it.
-    /// 0 starts every sandbox when its call needs it.
+    /// They are made on idle CPU time only (a cpu cgroup marked idle, where the machine lets
+    /// the runtime make one) until a call takes one. 0 starts every sandbox when its call needs it.
     #[arg(long, default_value_t = 2)]
     pub warm_sandboxes: usize,
     /// The executor each sandbox runs: a `toolgate-executor` binary of this same build, or

@@ -130,6 +130,7 @@ pub(crate) async fn list_tools(
         &plan,
         crate::slot::ArtifactsAt::Own,
         &format!("discovery-{label}"),
+        toolgate_sandbox::prepare,
     )?;
     let artifacts = toolgate_core::exec::ArtifactTarget::Local {
         dir: slot.artifacts().display().to_string(),

@@ -84,8 +84,14 @@ pub(crate) fn place(
     let slot = match slot {
         Some(s) if s.base() == &plan => s,
         // The manifests changed since the slot was asked for (or none could be made then).
-        _ => Slot::start(config, &plan, ArtifactsAt::Store(store_of(config)), "call")
-            .map_err(|e| io("starting the sandbox", &e))?,
+        _ => Slot::start(
+            config,
+            &plan,
+            ArtifactsAt::Store(store_of(config)),
+            "call",
+            toolgate_sandbox::prepare,
+        )
+        .map_err(|e| io("starting the sandbox", &e))?,
     };
     let described = describe(&plan);
     let spec = executor_spec(rec, target, &plan, confinement, &store_of(config));

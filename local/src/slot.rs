@@ -34,6 +34,15 @@ const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Plans with waiting slots, at most: the least recently used plan's slots go first.
 const PLANS_KEPT: usize = 16;
 
+/// How a slot's sandbox is prepared: for a call waiting for it, or ahead of demand.
+pub(crate) type Prepare =
+    fn(
+        &SandboxPlan,
+        &Path,
+        &[OsString],
+        &str,
+    ) -> Result<toolgate_sandbox::SandboxedCommand, toolgate_sandbox::SpawnError>;
+
 /// Where a slot's artifacts are seen inside its sandbox.
 #[derive(Debug, Clone)]
 pub(crate) enum ArtifactsAt {
@@ -62,12 +71,14 @@ pub(crate) struct Slot {
 
 impl Slot {
     /// Make a slot for `base` (a resolved plan, nothing of any call in it) and start the
-    /// executor in it. `label` names its cgroups.
+    /// executor in it. `label` names its cgroups; `prepare` is [`toolgate_sandbox::prepare`] for
+    /// a call waiting for it, [`toolgate_sandbox::prepare_ahead`] ahead of demand.
     pub(crate) fn start(
         config: &Config,
         base: &SandboxPlan,
         artifacts: ArtifactsAt,
         label: &str,
+        prepare: Prepare,
     ) -> Result<Slot, String> {
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
         let Some((program, lead)) = config.executor.split_first() else {
@@ -108,8 +119,8 @@ impl Slot {
             dir.join("out/result.json").into(),
             "--wait-for-go".into(),
         ]);
-        let sandboxed = toolgate_sandbox::prepare(&plan, Path::new(program), &args, label)
-            .map_err(|e| e.to_string())?;
+        let sandboxed =
+            prepare(&plan, Path::new(program), &args, label).map_err(|e| e.to_string())?;
         let started = sandboxed.start_piped().map_err(|e| e.to_string())?;
         let streams = |e: std::io::Error| format!("the sandbox's streams: {e}");
         let go = pipe::Sender::from_owned_fd(started.stdin).map_err(streams)?;
@@ -390,7 +401,13 @@ impl Pool {
     pub(crate) fn take(&self, config: &Config, base: &SandboxPlan) -> Result<Slot, String> {
         match self.take_waiting(base) {
             Some(slot) => Ok(slot),
-            None => Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "call"),
+            None => Slot::start(
+                config,
+                base,
+                ArtifactsAt::Store(store_of(config)),
+                "call",
+                toolgate_sandbox::prepare,
+            ),
         }
     }
 
@@ -404,7 +421,8 @@ impl Pool {
             let mut stale = Vec::new();
             let mut found = None;
             while let Some(mut slot) = plan.waiting.pop() {
-                if slot.fresh() {
+                // Made on idle CPU time; its call's run gets the priority of any other process.
+                if slot.fresh() && slot.sandboxed.claim_cpu().is_ok() {
                     found = Some(slot);
                     break;
                 }
@@ -465,7 +483,13 @@ impl Pool {
                 }
                 plan.starting += 1;
             }
-            let started = Slot::start(config, base, ArtifactsAt::Store(store_of(config)), "warm");
+            let started = Slot::start(
+                config,
+                base,
+                ArtifactsAt::Store(store_of(config)),
+                "warm",
+                toolgate_sandbox::prepare_ahead,
+            );
             let evicted = {
                 let mut plans = lock(&self.plans);
                 let plan = Pool::used(&mut plans, &key);

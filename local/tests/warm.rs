@@ -38,6 +38,11 @@ fn add_tools(root: &Path) {
             ),
         ),
         (
+            // Runs long enough to be seen running.
+            "w-nap",
+            tool("w.nap", "[sh, -c, \"sleep 2.71; echo rested\"]"),
+        ),
+        (
             // Leaves a process in a session of its own, out of reach of the tool's group.
             "w-linger",
             tool(
@@ -53,24 +58,60 @@ fn add_tools(root: &Path) {
         toolgate_testkit::fixtures::grant(
             "team-a",
             "warm-tools",
-            &["w.leave", "w.look", "w.linger"],
+            &["w.leave", "w.look", "w.linger", "w.nap"],
         ),
     )
     .expect("grant");
 }
 
-/// The slot folders whose executor waits for its go now (from the processes' command lines).
-fn waiting_slots(data: &Path) -> BTreeSet<String> {
+/// The `pid command line` of every executor waiting for its go now (bubblewrap's own lines,
+/// which carry the same arguments, left out), and the slots folder of `data`.
+fn waiting_executor_lines(data: &Path) -> (Vec<String>, String) {
     let out = Command::new("pgrep")
         .args(["-af", "--", "--wait-for-go"])
         .output()
         .expect("pgrep");
-    let slots = data.join("slots").display().to_string();
-    String::from_utf8_lossy(&out.stdout)
+    let lines = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.contains("bwrap"))
-        .filter_map(|l| slot_in(l, &slots))
+        .map(str::to_owned)
+        .collect();
+    (lines, data.join("slots").display().to_string())
+}
+
+/// The slot folders whose executor waits for its go now (from the processes' command lines).
+fn waiting_slots(data: &Path) -> BTreeSet<String> {
+    let (lines, slots) = waiting_executor_lines(data);
+    lines.iter().filter_map(|l| slot_in(l, &slots)).collect()
+}
+
+/// The pids of the executors waiting for their go now.
+fn waiting_executors(data: &Path) -> Vec<i32> {
+    let (lines, slots) = waiting_executor_lines(data);
+    lines
+        .iter()
+        .filter(|l| l.contains(&slots))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect()
+}
+
+/// The `cpu.idle` of the v1 cpu cgroup `pid` is in (`None` without a cpu controller).
+fn cpu_idle_of(pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    })?;
+    let file = Path::new("/sys/fs/cgroup/cpu")
+        .join(path.trim_start_matches('/'))
+        .join("cpu.idle");
+    Some(
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    )
 }
 
 /// The two sandboxes a plan keeps waiting by default, once both are up (within 20 s).
@@ -163,8 +204,8 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
     }
 
     // SIGKILL of the runtime: the waiting sandboxes die with it (their parent-death signal).
-    let before = waiting_slots(&data);
-    assert!(!before.is_empty());
+    // The calls above took waiting sandboxes; wait for the refill so there is something to kill.
+    let before = two_waiting(&data).await;
     server.kill9();
     let leftovers = || {
         Command::new("pgrep")
@@ -306,4 +347,54 @@ async fn waiting_sandboxes_outlive_a_quiet_spell() {
     let slots = data.join("slots").display().to_string();
     let slot = slot_in(&sandbox, &slots).expect("the call's sandbox names its slot");
     assert!(waiting.contains(&slot), "{slot} was not one that waited");
+}
+
+/// A sandbox made ahead of demand waits on CPU time nothing else wants (its making must not slow
+/// the calls running meanwhile); the one given to a call runs at the priority of any process.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_sandboxes_yield_the_cpu_and_the_one_given_a_call_does_not() {
+    if cpu_idle_of(i32::try_from(std::process::id()).expect("pid")).is_none() {
+        eprintln!("no v1 cpu controller on this machine: sandboxes run at the normal priority");
+        return;
+    }
+    let dir = setup();
+    add_tools(dir.path());
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let (done, _) = run(&mut c, "w.look").await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    two_waiting(&data).await;
+    let executors = waiting_executors(&data);
+    assert_eq!(executors.len(), 2, "{executors:?}");
+    for pid in executors {
+        assert_eq!(
+            cpu_idle_of(pid).as_deref(),
+            Some("1"),
+            "waiting executor {pid}"
+        );
+    }
+    let call = submit(&mut c, "w.nap", serde_json::json!({}), "execute").await;
+    let napping = || {
+        let out = Command::new("pgrep")
+            .args(["-f", "^sleep 2.71$"])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse::<i32>().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let tool = loop {
+        if let Some(pid) = napping() {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the tool never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(cpu_idle_of(tool).as_deref(), Some("0"), "the call's tool");
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert_eq!(done.output_preview, "rested\n");
 }

@@ -21,4 +21,4 @@ pub mod spawn;
 
 pub use child::{Process, Started};
 pub use plan::{Network, ResolveError, SandboxPlan, resolve};
-pub use spawn::{SandboxedCommand, SpawnError, prepare};
+pub use spawn::{SandboxedCommand, SpawnError, prepare, prepare_ahead};

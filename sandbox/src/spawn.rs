@@ -80,7 +80,19 @@ pub struct SandboxedCommand {
     _filters: Vec<File>,
     _empty: Option<tempfile::NamedTempFile>,
     cgroups: Vec<PathBuf>,
+    /// The cpu cgroup of a sandbox made ahead of demand, idle until its call claims it.
+    idle_cpu: Option<IdleCpu>,
     placeholders: Vec<Placeholder>,
+}
+
+/// A cpu cgroup in which a sandbox made ahead of demand runs only on CPU time nothing else
+/// wants, and the setting that says so (`cpu.idle`, where the kernel has it, else the lowest
+/// `cpu.shares`).
+#[derive(Debug)]
+struct IdleCpu {
+    dir: PathBuf,
+    knob: &'static str,
+    claimed: &'static str,
 }
 
 /// An empty file made on the host where a blocked path that does not exist would be, so the
@@ -145,6 +157,20 @@ impl SandboxedCommand {
         })
     }
 
+    /// Give a sandbox made by [`prepare_ahead`] the CPU priority of any other process: its call
+    /// has come. Nothing to do for one made by [`prepare`], or where no cpu cgroup could be made.
+    pub fn claim_cpu(&self) -> std::io::Result<()> {
+        match &self.idle_cpu {
+            Some(cpu) => std::fs::write(cpu.dir.join(cpu.knob), cpu.claimed),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the sandbox runs on idle CPU time only, until [`SandboxedCommand::claim_cpu`].
+    pub fn yields_cpu(&self) -> bool {
+        self.idle_cpu.is_some()
+    }
+
     /// Remove the cgroups once the sandbox has exited, killing anything left in them first, and
     /// the placeholders of blocked paths.
     pub fn cleanup(&mut self) {
@@ -200,6 +226,37 @@ pub fn prepare(
     program: &Path,
     args: &[OsString],
     label: &str,
+) -> Result<SandboxedCommand, SpawnError> {
+    prepare_made(plan, program, args, label, Made::ForItsCall)
+}
+
+/// [`prepare`] a sandbox made before its call is known: until [`SandboxedCommand::claim_cpu`] it
+/// runs only on CPU time nothing else wants (a cpu cgroup of its own, marked idle), so that
+/// making it does not slow the calls running meanwhile — on two cores a sandbox's start
+/// otherwise takes the core the next call's client, runtime or executor was about to run on.
+/// Where this process cannot make a cpu cgroup, it runs at the normal priority.
+pub fn prepare_ahead(
+    plan: &SandboxPlan,
+    program: &Path,
+    args: &[OsString],
+    label: &str,
+) -> Result<SandboxedCommand, SpawnError> {
+    prepare_made(plan, program, args, label, Made::AheadOfDemand)
+}
+
+/// Whether a sandbox is made for a call that waits for it, or ahead of demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    ForItsCall,
+    AheadOfDemand,
+}
+
+fn prepare_made(
+    plan: &SandboxPlan,
+    program: &Path,
+    args: &[OsString],
+    label: &str,
+    made: Made,
 ) -> Result<SandboxedCommand, SpawnError> {
     let bwrap = bwrap_path().ok_or(SpawnError::BwrapMissing)?;
     // Missing write roots are created (an existing file is bound as it is).
@@ -284,7 +341,27 @@ pub fn prepare(
         }),
         None => None,
     };
-    for (dir, procs) in [memory.as_ref(), pids.as_ref()].into_iter().flatten() {
+    let mut knob = None;
+    let cpu = (made == Made::AheadOfDemand)
+        .then(|| {
+            make_cgroup("cpu", &format!("toolgate-{label}"), |dir| {
+                knob = Some(mark_idle(dir)?);
+                Ok(())
+            })
+        })
+        .flatten();
+    let idle_cpu = cpu
+        .as_ref()
+        .zip(knob)
+        .map(|((dir, _), (knob, claimed))| IdleCpu {
+            dir: dir.clone(),
+            knob,
+            claimed,
+        });
+    for (dir, procs) in [memory.as_ref(), pids.as_ref(), cpu.as_ref()]
+        .into_iter()
+        .flatten()
+    {
         cgroups.push(dir.clone());
         procs_files.push(procs.try_clone().map_err(|source| SpawnError::Io {
             what: "opening cgroup.procs".into(),
@@ -384,6 +461,7 @@ pub fn prepare(
         _filters: filters.into_iter().chain(_keep).collect(),
         _empty: empty,
         cgroups,
+        idle_cpu,
         placeholders,
     })
 }
@@ -428,7 +506,7 @@ fn maker_of(name: &str) -> Option<i32> {
     pid.parse().ok()
 }
 
-/// Remove the sandbox cgroups (beside this process's own, under the memory and pids
+/// Remove the sandbox cgroups (beside this process's own, under the memory, pids and cpu
 /// controllers) whose runtime is gone, killing what is still in them first: a runtime killed
 /// with SIGKILL cannot clean up, and a sandbox it was starting at that moment can outlive it
 /// (bubblewrap's child waits forever for the parent that was to write its uid map). Cgroups of
@@ -436,7 +514,7 @@ fn maker_of(name: &str) -> Option<i32> {
 /// many were removed.
 pub fn sweep_orphaned_cgroups() -> usize {
     let mut removed = 0;
-    for controller in ["memory", "pids"] {
+    for controller in ["memory", "pids", "cpu"] {
         let Some(dir) = own_cgroup(controller) else {
             continue;
         };
@@ -457,6 +535,15 @@ pub fn sweep_orphaned_cgroups() -> usize {
         }
     }
     removed
+}
+
+/// Mark a cpu cgroup idle: SCHED_IDLE for the whole group (`cpu.idle`, Linux 5.15), else the
+/// least weight there is. The setting written, and what gives the group its normal share back.
+fn mark_idle(dir: &Path) -> std::io::Result<(&'static str, &'static str)> {
+    match std::fs::write(dir.join("cpu.idle"), "1") {
+        Ok(()) => Ok(("cpu.idle", "0")),
+        Err(_) => std::fs::write(dir.join("cpu.shares"), "2").map(|()| ("cpu.shares", "1024")),
+    }
 }
 
 /// Create a child cgroup of ours under a v1 controller (or the v2 hierarchy) and configure it.
