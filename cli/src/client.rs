@@ -592,8 +592,12 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 if !watch {
                     return Ok(phase_exit_code(&call.phase));
                 }
-                c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
-                let end = c.get(&call.id).await.map_err(status_error)?;
+                let events = c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
+                // The last event carries the call as it ended (a server before it did not).
+                let end = match events.into_iter().last().and_then(|e| e.call) {
+                    Some(end) => end,
+                    None => c.get(&call.id).await.map_err(status_error)?,
+                };
                 outln!("{}", call_summary(&end));
                 return Ok(phase_exit_code(&end.phase));
             }

@@ -179,13 +179,45 @@ async fn steps(b: &mut Backend, id: &str) -> Steps {
         .expect("watch")
         .into_inner();
     let mut out = Vec::new();
+    let mut end = None;
     while let Some(e) = s.next().await {
         let e = e.expect("event");
         out.push((e.r#type.clone(), e.status.clone(), e.reason.clone()));
         if e.terminal {
+            end = Some(e.call.expect("the last event carries the call as it ended"));
             break;
         }
+        assert!(
+            e.call.is_none(),
+            "only the last event carries the call: {e:?}"
+        );
     }
+    // The same as GetCall says, once it has ended.
+    let end = end.expect("a last event");
+    let got = b
+        .client
+        .get_call(req(&b.agent, pb::GetCallRequest { id: id.into() }))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(
+        (
+            &end.id,
+            &end.phase,
+            &end.output_preview,
+            &end.exit_code,
+            &end.artifacts,
+            &end.conditions
+        ),
+        (
+            &got.id,
+            &got.phase,
+            &got.output_preview,
+            &got.exit_code,
+            &got.artifacts,
+            &got.conditions
+        )
+    );
     out
 }
 

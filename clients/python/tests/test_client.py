@@ -36,6 +36,10 @@ def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
                           action_type="search", task="find the serializer's test")
         done = tg.wait(call.id)
         assert done.phase == "Succeeded", done.conditions
+        # The watch's last event carries the call as it ended: what GetCall says.
+        events = list(tg.watch(call.id))
+        assert [e.call is not None for e in events] == [False] * (len(events) - 1) + [True]
+        assert events[-1].call == tg.get(call.id) == done
         with pytest.raises(ToolgateError) as missing:
             tg.skill("no-such-skill")
         assert missing.value.code == grpc.StatusCode.NOT_FOUND

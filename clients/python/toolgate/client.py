@@ -130,10 +130,13 @@ class Event:
     reason: str
     message: str
     phase: str
+    # On the last event only: the call as it ended.
+    call: Optional[Call] = None
 
     @classmethod
     def from_pb(cls, e: pb.CallEvent) -> "Event":
-        return cls(type=e.type, reason=e.reason, message=e.message, phase=e.phase)
+        end = Call.from_pb(e.call) if e.HasField("call") else None
+        return cls(type=e.type, reason=e.reason, message=e.message, phase=e.phase, call=end)
 
 
 @dataclass
@@ -314,6 +317,8 @@ class Client:
     def wait(self, call_id: str) -> Call:
         """Follow the call to its end, or until it waits for a human, and return it."""
         for e in self.watch(call_id):
+            if e.call is not None:
+                return e.call
             if e.phase in TERMINAL:
                 break
             # The log replays from the start: an AwaitingApproval event may be history.

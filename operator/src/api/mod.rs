@@ -129,6 +129,7 @@ pub(crate) fn events_of(call_id: &str, status: &ToolCallStatus) -> Vec<pb::CallE
             time: c.last_transition_time.to_string(),
             phase: phase_name(status.phase).into(),
             terminal: terminal && i + 1 == n,
+            call: None,
         })
         .collect()
 }
