@@ -404,9 +404,11 @@ fn add_tools(root: &std::path::Path) {
             "h-bomb",
             tool(
                 "h.bomb",
-                // `exec`: once the bomb fills the pids limit the shell could not fork `sleep`
-                // and would exit 2 before the deadline; exec'd, it outlives it.
-                "[sh, -c, \"bomb() { bomb | bomb & }; bomb; exec sleep 60\"]",
+                // The tool's own shell forks once, before the bomb exists, then execs `sleep`:
+                // a shell that forks once the pids limit is full exits 2 ("Cannot fork") before
+                // the deadline, so the bomb runs in the child only (it raced its own parent's
+                // second fork of `bomb | bomb &` in one CI run).
+                "[sh, -c, \"bomb() { bomb | bomb & }; bomb & exec sleep 60\"]",
                 "never",
                 "read-only",
                 2000,
