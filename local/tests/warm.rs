@@ -197,6 +197,11 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
             );
         }
         assert!(used.insert(slot.clone()), "{slot} ran two calls");
+        // Removed after the end is recorded, off the call's path: soon, not at once.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while Path::new(&slot).exists() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         assert!(
             !Path::new(&slot).exists(),
             "a used sandbox's folder is removed: {slot}"
