@@ -3,6 +3,9 @@
 //! Deterministic: the same inputs give the same decision. Args are validated first (invariant 3)
 //! and the result is part of the decision record; nothing here executes anything (invariant 4).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_crds::{
@@ -98,7 +101,8 @@ impl Decision {
             confirmation: None,
             shadow_forbids: Vec::new(),
             missing_scopes: Vec::new(),
-            reasons: Vec::new(),
+            // An allowed call gives four reasons: one allocation.
+            reasons: Vec::with_capacity(4),
         }
     }
 
@@ -360,16 +364,17 @@ pub fn decide(
             }
         };
     d.grant = Some(grant.name.clone());
-    d.because(
-        "grant-matched",
-        format!(
-            "grant {} gives {} the tool {} with scopes [{}]",
-            grant.name,
-            call.principal.short_name(),
-            tool.name,
-            required.join(", ")
-        ),
+    let mut matched = format!(
+        "grant {} gives {} the tool {} with scopes [",
+        grant.name,
+        call.principal.short_name(),
+        tool.name,
     );
+    for (i, scope) in required.iter().enumerate() {
+        let _ = write!(matched, "{}{scope}", if i == 0 { "" } else { ", " });
+    }
+    matched.push(']');
+    d.because("grant-matched", matched);
 
     // ToolPolicies narrow what the grant allows: a forbid denies, a shadow one is recorded.
     if let Some(policies) = call.tool_policies {
@@ -417,7 +422,7 @@ pub fn decide(
         } else {
             "approval-not-required"
         },
-        why,
+        why.to_string(),
     );
     if !needs {
         d.outcome = DecisionOutcome::Allow;
@@ -579,13 +584,13 @@ fn refuse(code: &'static str, message: String) -> Refusal {
 /// Whether the principal may use the tool at all: the descriptor's principal lists, then a
 /// live grant in the namespace that covers the tool and gives every required scope. Returns the
 /// grant and the scopes it had to give. Shared by decisions, views and policy diffs.
-pub fn authorize_principal<'g>(
-    tool: &RegisteredTool,
+pub fn authorize_principal<'g, 't>(
+    tool: &'t RegisteredTool,
     grants: &[&'g GrantEntry],
     namespace: &str,
     principal: &Principal,
     now: Timestamp,
-) -> Result<(&'g GrantEntry, Vec<String>), Refusal> {
+) -> Result<(&'g GrantEntry, Cow<'t, [String]>), Refusal> {
     let perms = &tool.spec.permissions;
     if perms.blocked_principals.contains(&principal.name) {
         return Err(refuse(
@@ -602,12 +607,38 @@ pub fn authorize_principal<'g>(
             ),
         ));
     }
-    let covering: Vec<&GrantEntry> = grants
-        .iter()
-        .copied()
-        .filter(|g| g.namespace == namespace && covers(&g.spec, tool))
-        .collect();
-    if covering.is_empty() {
+    // One pass over the principal's grants, allocation-free until there is something to say:
+    // every decision and every candidate of a view comes through here.
+    let mut required: Cow<'t, [String]> = Cow::Borrowed(&perms.required_scopes);
+    if tool.tier == RiskTier::L2 && !required.iter().any(|s| s == WORKSPACE_WRITE_SCOPE) {
+        required.to_mut().push(WORKSPACE_WRITE_SCOPE.into());
+    }
+    fn missing_of<'a>(
+        required: &'a [String],
+        g: &'a GrantEntry,
+    ) -> impl Iterator<Item = &'a String> {
+        required
+            .iter()
+            .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
+    }
+    let mut any_covering = false;
+    let mut first_dead: Option<(&'static str, String)> = None;
+    let mut best: Option<(&'g GrantEntry, usize)> = None;
+    for &g in grants {
+        if g.namespace != namespace || !covers(&g.spec, tool) {
+            continue;
+        }
+        any_covering = true;
+        if let Err(why) = liveness(g, now) {
+            first_dead.get_or_insert(why);
+            continue;
+        }
+        let missing = missing_of(&required, g).count();
+        if best.is_none_or(|(_, m)| missing < m) {
+            best = Some((g, missing));
+        }
+    }
+    if !any_covering {
         return Err(refuse(
             "no-grant",
             format!(
@@ -616,21 +647,10 @@ pub fn authorize_principal<'g>(
             ),
         ));
     }
-    let mut live = Vec::new();
-    let mut dead = Vec::new();
-    for g in &covering {
-        match liveness(g, now) {
-            Ok(()) => live.push(*g),
-            Err(why) => dead.push(why),
-        }
-    }
-    if live.is_empty() {
-        let (code, msg) = dead
-            .into_iter()
-            .next()
-            .unwrap_or(("no-grant", String::new()));
+    let Some((grant, missing)) = best else {
+        let (code, msg) = first_dead.unwrap_or(("no-grant", String::new()));
         return Err(refuse(code, msg));
-    }
+    };
     if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
         return Err(refuse(
             "scopes-undeclared",
@@ -642,35 +662,20 @@ pub fn authorize_principal<'g>(
             ),
         ));
     }
-    let mut required: Vec<String> = perms.required_scopes.clone();
-    if tool.tier == RiskTier::L2 && !required.iter().any(|s| s == WORKSPACE_WRITE_SCOPE) {
-        required.push(WORKSPACE_WRITE_SCOPE.into());
+    if missing == 0 {
+        return Ok((grant, required));
     }
-    let mut best: Option<(&GrantEntry, Vec<String>)> = None;
-    for g in live {
-        let missing: Vec<String> = required
-            .iter()
-            .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
-            .cloned()
-            .collect();
-        if best.as_ref().is_none_or(|(_, m)| missing.len() < m.len()) {
-            best = Some((g, missing));
-        }
-    }
-    match best {
-        Some((grant, missing)) if missing.is_empty() => Ok((grant, required)),
-        Some((grant, missing)) => Err(Refusal {
-            code: "missing-scopes",
-            message: format!(
-                "grant {} lacks scope(s) {} that {} requires",
-                grant.name,
-                missing.join(", "),
-                tool.name
-            ),
-            missing_scopes: missing,
-        }),
-        None => Err(refuse("no-grant", "no live grant".into())),
-    }
+    let missing: Vec<String> = missing_of(&required, grant).cloned().collect();
+    Err(Refusal {
+        code: "missing-scopes",
+        message: format!(
+            "grant {} lacks scope(s) {} that {} requires",
+            grant.name,
+            missing.join(", "),
+            tool.name
+        ),
+        missing_scopes: missing,
+    })
 }
 
 /// Whether a grant's tool selection covers a tool.
@@ -776,40 +781,83 @@ pub fn scope_covers(have: &str, want: &str) -> bool {
             .is_some_and(|prefix| want.starts_with(prefix))
 }
 
+/// Which rule decides whether a call needs a human approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalRule<'t> {
+    /// The descriptor's policy is `always` (the tool's name).
+    ToolAlways(&'t str),
+    /// The grant's approval mode is `always`.
+    GrantAlways,
+    /// A dry run of a tool that supports one.
+    DryRun,
+    /// The tier runs without approval.
+    TierRuns(RiskTier),
+    /// The grant waives approval up to this tier.
+    Waived(RiskTier),
+    /// The tier needs an approval.
+    TierNeeds(RiskTier),
+}
+
+/// Why a call does or does not need a human approval: kept as what it refers to and written out
+/// only where a person reads it (a view asks for every candidate and reads none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalWhy<'t> {
+    /// The rule that decided.
+    pub rule: ApprovalRule<'t>,
+    /// What an L5 call needs besides its approval.
+    pub also_needs: Option<StrongConfirmation>,
+}
+
+impl std::fmt::Display for ApprovalWhy<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.rule {
+            ApprovalRule::ToolAlways(tool) => write!(f, "{tool} requires approval for every call"),
+            ApprovalRule::GrantAlways => f.write_str("the grant requires approval for every call"),
+            ApprovalRule::DryRun => f.write_str("a dry run changes nothing"),
+            ApprovalRule::TierRuns(tier) => {
+                write!(f, "{tier} ({}) runs without approval", tier.label())
+            }
+            ApprovalRule::Waived(cap) => write!(f, "the grant waives approval up to {cap}"),
+            ApprovalRule::TierNeeds(tier) => {
+                write!(f, "{tier} ({}) needs a human approval", tier.label())
+            }
+        }?;
+        match self.also_needs {
+            None => Ok(()),
+            Some(StrongConfirmation::DryRun) => f.write_str(
+                "; as L5 it also needs a successful dry run of the same args shortly before",
+            ),
+            Some(StrongConfirmation::SecondApprover) => {
+                f.write_str("; as L5 it also needs a second, different approver")
+            }
+        }
+    }
+}
+
 /// Whether a call of this tool needs approval under this grant, and why.
 ///
 /// Defaults by tier (DESIGN.md): L0–L3 run; L4 and L5 need approval. The descriptor's policy
 /// can ask for more (`always`) but `never` does not waive the tier default; only a grant can
 /// (invariant 5), up to L4, and never for a descriptor that says `always`. A dry run of a tool
 /// that supports one changes nothing, so it needs no approval unless the policy is `always`.
-fn approval_needed_by_rules(
-    tool: &RegisteredTool,
+fn approval_needed_by_rules<'t>(
+    tool: &'t RegisteredTool,
     grant: &ToolGrantSpec,
     dry_run: bool,
-) -> (bool, String) {
+) -> (bool, ApprovalRule<'t>) {
     let policy = tool.spec.permissions.approval_policy;
     if policy == ApprovalPolicy::Always {
-        return (
-            true,
-            format!("{} requires approval for every call", tool.name),
-        );
+        return (true, ApprovalRule::ToolAlways(&tool.name));
     }
     if grant.approval.mode == ApprovalOverrideMode::Always {
-        return (true, "the grant requires approval for every call".into());
+        return (true, ApprovalRule::GrantAlways);
     }
     if dry_run {
-        return (false, "a dry run changes nothing".into());
+        return (false, ApprovalRule::DryRun);
     }
     let tier_needs = tool.tier >= RiskTier::L4;
     if !tier_needs {
-        return (
-            false,
-            format!(
-                "{} ({}) runs without approval",
-                tool.tier,
-                tool.tier.label()
-            ),
-        );
+        return (false, ApprovalRule::TierRuns(tool.tier));
     }
     if grant.approval.mode == ApprovalOverrideMode::Waive {
         let cap = grant
@@ -818,33 +866,21 @@ fn approval_needed_by_rules(
             .unwrap_or(RiskTier::L4)
             .min(RiskTier::L4);
         if tool.tier <= cap {
-            return (false, format!("the grant waives approval up to {cap}"));
+            return (false, ApprovalRule::Waived(cap));
         }
     }
-    (
-        true,
-        format!(
-            "{} ({}) needs a human approval",
-            tool.tier,
-            tool.tier.label()
-        ),
-    )
+    (true, ApprovalRule::TierNeeds(tool.tier))
 }
 
 /// Whether a call of `tool` under `grant` needs a human approval, and why; an L5 call that is
 /// not a dry run is told what it needs besides (its tool's strong confirmation).
-pub fn approval_needed(
-    tool: &RegisteredTool,
+pub fn approval_needed<'t>(
+    tool: &'t RegisteredTool,
     grant: &ToolGrantSpec,
     dry_run: bool,
-) -> (bool, String) {
-    let (needs, why) = approval_needed_by_rules(tool, grant, dry_run);
-    if !needs || dry_run || tool.tier != RiskTier::L5 {
-        return (needs, why);
-    }
-    let besides = match tool.spec.strong_confirmation() {
-        StrongConfirmation::DryRun => "a successful dry run of the same args shortly before",
-        StrongConfirmation::SecondApprover => "a second, different approver",
-    };
-    (true, format!("{why}; as L5 it also needs {besides}"))
+) -> (bool, ApprovalWhy<'t>) {
+    let (needs, rule) = approval_needed_by_rules(tool, grant, dry_run);
+    let also_needs =
+        (needs && !dry_run && tool.tier == RiskTier::L5).then(|| tool.spec.strong_confirmation());
+    (needs, ApprovalWhy { rule, also_needs })
 }

@@ -512,16 +512,16 @@ impl Registry {
         let Some(by_subject) = self.grants_by_subject.get(namespace) else {
             return Vec::new();
         };
-        let mut idx: Vec<usize> = Vec::new();
+        let mut out: Vec<&GrantEntry> = Vec::new();
         principal.for_each_subject_key(|k| {
             if let Some(found) = by_subject.get(k) {
-                idx.extend_from_slice(found);
+                out.extend(found.iter().map(|&i| &self.grants[i]));
             }
         });
-        idx.sort_unstable();
-        idx.dedup();
-        let mut out: Vec<&GrantEntry> = idx.into_iter().map(|i| &self.grants[i]).collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
+        // A grant naming the principal twice (as a user and by a group) is found twice; names
+        // are unique in a namespace, so the copies sort next to each other.
+        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        out.dedup_by(|a, b| std::ptr::eq(*a, *b));
         out
     }
 }

@@ -839,3 +839,36 @@ fn the_unit_a_call_holds_is_its_own_on_the_recheck() {
         assert_eq!(d.outcome, outcome, "{:#?}", d.reasons);
     }
 }
+
+/// What a person reads of a decision is held word for word: the reasons are kept structured
+/// inside the decision and written out where shown, and that must not change a byte.
+#[test]
+fn the_example_calls_give_their_reasons_word_for_word() {
+    let r = example_registry();
+    let mut got = Vec::new();
+    for name in [
+        "read-serializer-1",
+        "run-tests-1",
+        "report-flaky-tz",
+        "cleanup-snapshot",
+    ] {
+        let d = decide_fixer(&r, name, &example_call(name));
+        for reason in &d.reasons {
+            if reason.code == "grant-matched" || reason.code.starts_with("approval-") {
+                got.push(format!("{name} {}: {}", reason.code, reason.message));
+            }
+        }
+    }
+    let want: Vec<String> = WANT_REASONS.lines().map(str::to_string).collect();
+    assert_eq!(got, want, "{}", got.join("\n"));
+}
+
+const WANT_REASONS: &str = "\
+read-serializer-1 grant-matched: grant fixer-agent gives fixer the tool file.read with scopes [workspace:read]
+read-serializer-1 approval-not-required: L0 (pure read) runs without approval
+run-tests-1 grant-matched: grant fixer-agent gives fixer the tool test.run with scopes [tests:run, workspace:write]
+run-tests-1 approval-not-required: L2 (workspace write) runs without approval
+report-flaky-tz grant-matched: grant fixer-agent gives fixer the tool github.create-issue with scopes [github:issues:write]
+report-flaky-tz approval-required: L4 (external write) needs a human approval
+cleanup-snapshot grant-matched: grant fixer-agent gives fixer the tool file.delete with scopes [workspace:write]
+cleanup-snapshot approval-required: file.delete requires approval for every call";
