@@ -43,7 +43,24 @@ pub fn json_digest<T: serde::Serialize>(value: &T) -> Result<String, Canonicaliz
 /// `sha256:` digest of a call's args: [`json_digest`] of a `serde_json::Value`, canonicalized by
 /// [`canonical_value`] (every decision digests its call's args).
 pub fn args_digest(args: &Value) -> Result<String, CanonicalizeError> {
-    Ok(sha256(&canonical_value(args)?))
+    // Hashed as it is written: no buffer of the whole canonical form.
+    let mut hasher = HashWriter(Sha256::new());
+    write_canonical(&mut hasher, args)?;
+    Ok(prefixed_hex(&hasher.0.finalize().into()))
+}
+
+/// Feeds what is written to a SHA-256.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The RFC 8785 form of a `serde_json::Value`, written in one pass: what [`canonical_json`] gives
@@ -55,10 +72,10 @@ pub fn canonical_value(value: &Value) -> Result<Vec<u8>, CanonicalizeError> {
     Ok(out)
 }
 
-fn write_canonical(out: &mut Vec<u8>, value: &Value) -> Result<(), CanonicalizeError> {
+fn write_canonical<W: std::io::Write>(out: &mut W, value: &Value) -> Result<(), CanonicalizeError> {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Null => put(out, b"null")?,
+        Value::Bool(b) => put(out, if *b { b"true" } else { b"false" })?,
         Value::Number(n) => {
             // Every JSON number is a double, written as ECMAScript's Number.prototype.toString.
             let f = n.as_f64().filter(|f| f.is_finite()).ok_or_else(|| {
@@ -66,36 +83,57 @@ fn write_canonical(out: &mut Vec<u8>, value: &Value) -> Result<(), CanonicalizeE
                     "{n} is not a finite double"
                 ))
             })?;
-            out.extend_from_slice(ryu_js::Buffer::new().format_finite(f).as_bytes());
+            put(out, ryu_js::Buffer::new().format_finite(f).as_bytes())?;
         }
         // serde_json escapes exactly what RFC 8785 does (quote, backslash, control characters,
         // the short forms where JSON has them, lowercase \u00xx otherwise) and nothing else.
         Value::String(s) => serde_json::to_writer(&mut *out, s)?,
         Value::Array(items) => {
-            out.push(b'[');
+            put(out, b"[")?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    put(out, b",")?;
                 }
                 write_canonical(out, item)?;
             }
-            out.push(b']');
+            put(out, b"]")?;
         }
         Value::Object(map) => {
-            let mut properties: Vec<(&String, &Value)> = map.iter().collect();
-            properties.sort_unstable_by(|a, b| utf16_order(a.0, b.0));
-            out.push(b'{');
-            for (i, (name, item)) in properties.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, name)?;
-                out.push(b':');
-                write_canonical(out, item)?;
+            // Most objects come in order already (small args, sorted by their writer): only
+            // the others are sorted, in a list of their properties.
+            let in_order = map
+                .keys()
+                .is_sorted_by(|a, b| utf16_order(a, b) != std::cmp::Ordering::Greater);
+            if in_order {
+                write_properties(out, map.iter())?;
+            } else {
+                let mut properties: Vec<(&String, &Value)> = map.iter().collect();
+                properties.sort_unstable_by(|a, b| utf16_order(a.0, b.0));
+                write_properties(out, properties.into_iter())?;
             }
-            out.push(b'}');
         }
     }
+    Ok(())
+}
+
+fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) -> Result<(), CanonicalizeError> {
+    Ok(out.write_all(bytes).map_err(serde_json::Error::io)?)
+}
+
+fn write_properties<'v, W: std::io::Write>(
+    out: &mut W,
+    properties: impl Iterator<Item = (&'v String, &'v Value)>,
+) -> Result<(), CanonicalizeError> {
+    put(out, b"{")?;
+    for (i, (name, item)) in properties.enumerate() {
+        if i > 0 {
+            put(out, b",")?;
+        }
+        serde_json::to_writer(&mut *out, name)?;
+        put(out, b":")?;
+        write_canonical(out, item)?;
+    }
+    put(out, b"}")?;
     Ok(())
 }
 
