@@ -39,7 +39,8 @@ pub trait Backend: Send + Sync + 'static {
         caller: &Caller,
         req: ListCallsRequest,
     ) -> Result<ListCallsResponse, ApiError>;
-    /// The call's events, past then live, until it ends.
+    /// The call's events, past then live, until it ends. The service puts the call as it
+    /// ended on the last event; a backend need not.
     async fn watch(&self, caller: &Caller, id: &str) -> Result<BoxStream<CallEvent>, ApiError>;
     /// Cancel a call.
     async fn cancel(&self, caller: &Caller, req: CancelCallRequest) -> Result<Call, ApiError>;
@@ -167,8 +168,21 @@ impl<B: Backend> Toolgate for Service<B> {
     ) -> Result<Response<Self::WatchCallStream>, Status> {
         let caller = self.caller(&req).await?;
         let req = checked(req)?;
-        let s = self.backend.watch(&caller, &req.id).await?;
-        Ok(Response::new(stream(s)))
+        let events = self.backend.watch(&caller, &req.id).await?;
+        // The last event carries the call as it ended, so a watcher needs no GetCall after it.
+        let backend = Arc::clone(&self.backend);
+        let events = events.then(move |event| {
+            let backend = Arc::clone(&backend);
+            let caller = caller.clone();
+            async move {
+                let mut event = event?;
+                if event.terminal && event.call.is_none() {
+                    event.call = backend.get(&caller, &event.call_id).await.ok();
+                }
+                Ok(event)
+            }
+        });
+        Ok(Response::new(stream(Box::pin(events))))
     }
 
     async fn cancel_call(&self, req: Request<CancelCallRequest>) -> Result<Response<Call>, Status> {

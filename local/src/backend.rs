@@ -170,23 +170,11 @@ impl Backend for Runtime {
         let id = rec.id.clone();
         let done_already =
             is_terminal(rec.status.phase) && past.last().is_some_and(|e| e.sequence >= rec.events);
-        let runtime = self.clone();
-        let caller = caller.clone();
-        // The last event carries the call as it ended.
-        let message = move |e: &EventRecord| {
-            let mut m = event_message(e);
-            if e.terminal {
-                m.call = Runtime::get(&runtime, &caller, &e.call_id)
-                    .ok()
-                    .map(|rec| call_message(&rec));
-            }
-            m
-        };
         tokio::spawn(async move {
             let mut last = 0;
             for e in &past {
                 last = e.sequence;
-                if tx.send(Ok(message(e))).await.is_err() {
+                if tx.send(Ok(event_message(e))).await.is_err() {
                     return;
                 }
             }
@@ -198,7 +186,7 @@ impl Backend for Runtime {
                     Ok(e) if e.call_id == id && e.sequence > last => {
                         last = e.sequence;
                         let end = e.terminal;
-                        if tx.send(Ok(message(&e))).await.is_err() || end {
+                        if tx.send(Ok(event_message(&e))).await.is_err() || end {
                             return;
                         }
                     }

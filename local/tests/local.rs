@@ -36,6 +36,11 @@ async fn an_allowed_read_runs_in_the_sandbox_and_the_watch_tells_the_whole_chain
     assert!(events.last().expect("last").terminal);
     let done = get(&mut c, &call.id).await;
     assert_eq!(done.phase, "Succeeded");
+    assert_eq!(
+        events.last().and_then(|e| e.call.as_ref()),
+        Some(&done),
+        "the last event carries the call as it ended"
+    );
     assert_eq!(done.output_preview, "export const a = 1;\n");
     let stdout = done
         .artifacts

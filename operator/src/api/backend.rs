@@ -218,14 +218,10 @@ impl Backend for KubeBackend {
                 };
                 let status = call.status.clone().unwrap_or_default();
                 let events = events_of(&id, &status);
-                // Conditions only ever get added along the chain; send what is new. The last
-                // carries the call as it ended.
-                for mut e in events.into_iter().skip(sent) {
+                // Conditions only ever get added along the chain; send what is new.
+                for e in events.into_iter().skip(sent) {
                     sent += 1;
                     let end = e.terminal;
-                    if end {
-                        e.call = Some(message(&call));
-                    }
                     if tx.send(Ok(e)).await.is_err() || end {
                         return;
                     }
