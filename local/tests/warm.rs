@@ -144,6 +144,17 @@ async fn run(c: &mut Client, tool: &str) -> (pb::Call, String) {
 
 type Client = toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>;
 
+/// A runtime with the test tools that has run one `w.look`; its first sandboxes are in use.
+async fn after_one_look() -> (tempfile::TempDir, Server, Client) {
+    let dir = setup();
+    add_tools(dir.path());
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let (done, _) = run(&mut c, "w.look").await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    (dir, server, c)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_runtime() {
     let dir = setup();
@@ -333,13 +344,8 @@ async fn nothing_a_tool_started_outlives_the_recorded_end_of_its_call() {
 /// after ten seconds; the sandboxes started from one died with it).
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_sandboxes_outlive_a_quiet_spell() {
-    let dir = setup();
-    add_tools(dir.path());
+    let (dir, _server, mut c) = after_one_look().await;
     let data = dir.path().join("data");
-    let server = Server::start(dir.path());
-    let mut c = server.client().await;
-    let (done, _) = run(&mut c, "w.look").await;
-    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
     let waiting = two_waiting(&data).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
@@ -362,13 +368,8 @@ async fn waiting_sandboxes_yield_the_cpu_and_the_one_given_a_call_does_not() {
         eprintln!("no v1 cpu controller on this machine: sandboxes run at the normal priority");
         return;
     }
-    let dir = setup();
-    add_tools(dir.path());
+    let (dir, _server, mut c) = after_one_look().await;
     let data = dir.path().join("data");
-    let server = Server::start(dir.path());
-    let mut c = server.client().await;
-    let (done, _) = run(&mut c, "w.look").await;
-    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
     two_waiting(&data).await;
     let executors = waiting_executors(&data);
     assert_eq!(executors.len(), 2, "{executors:?}");
