@@ -35,6 +35,20 @@ pub struct Reason {
     pub message: String,
 }
 
+/// Room for the text of one reason: the longest common one (a version note with a 71-byte digest)
+/// fits, so writing it allocates once; `format!` guesses low and grows the string two or three
+/// times.
+const REASON_CAPACITY: usize = 128;
+
+/// A reason's text, like `format!` but in one allocation of [`REASON_CAPACITY`].
+macro_rules! reason {
+    ($($arg:tt)*) => {{
+        let mut text = String::with_capacity(REASON_CAPACITY);
+        let _ = text.write_fmt(format_args!($($arg)*));
+        text
+    }};
+}
+
 /// A policy decision and everything it was based on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -214,9 +228,10 @@ pub fn decide(
     let Some(tool) = tool else {
         return d.deny(
             "tool-not-found",
-            format!(
+            reason!(
                 "no tool {:?} is registered in namespace {}",
-                spec.tool_ref.name, call.namespace
+                spec.tool_ref.name,
+                call.namespace
             ),
         );
     };
@@ -231,7 +246,7 @@ pub fn decide(
             None => {
                 return d.deny(
                     "delegation-not-live",
-                    format!(
+                    reason!(
                         "delegation {} is not a running call",
                         delegation.parent_call
                     ),
@@ -243,9 +258,12 @@ pub fn decide(
                 }
                 d.because(
                     "delegation-admits",
-                    format!(
+                    reason!(
                         "delegation {} allows {} ({} of {} call(s) used)",
-                        scope.parent, tool.name, scope.calls_used, scope.max_calls
+                        scope.parent,
+                        tool.name,
+                        scope.calls_used,
+                        scope.max_calls
                     ),
                 );
             }
@@ -256,7 +274,7 @@ pub fn decide(
     if tool.input_validator.is_none() && !tool.is_callable() {
         return d.deny(
             "tool-not-enabled",
-            format!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
+            reason!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
         );
     }
 
@@ -281,43 +299,45 @@ pub fn decide(
         } else {
             first.pointer.clone()
         };
-        let msg = format!("{n} args violation(s); first at {at}: {}", first.message);
+        let msg = reason!("{n} args violation(s); first at {at}: {}", first.message);
         return d.deny("args-invalid", msg);
     }
     d.because(
         "args-valid",
-        format!("args satisfy the input schema of {}", tool.name),
+        reason!("args satisfy the input schema of {}", tool.name),
     );
 
     if let Some(why) = tool.held_for_review() {
         return d.deny(
             "description-review",
-            format!("{} is held: {why}", tool.name),
+            reason!("{} is held: {why}", tool.name),
         );
     }
     if !tool.is_callable() {
         return d.deny(
             "tool-not-enabled",
-            format!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
+            reason!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
         );
     }
     match &spec.tool_ref.digest {
         Some(pinned) if *pinned != tool.digest => {
             return d.deny(
                 "tool-digest-mismatch",
-                format!(
+                reason!(
                     "the call pins {} but {} is now {}: fetch a new tool view",
-                    pinned, tool.name, tool.digest
+                    pinned,
+                    tool.name,
+                    tool.digest
                 ),
             );
         }
         Some(_) => d.because(
             "tool-version-pinned",
-            format!("{} at {}", tool.name, tool.digest),
+            reason!("{} at {}", tool.name, tool.digest),
         ),
         None => d.because(
             "tool-version-resolved",
-            format!(
+            reason!(
                 "no digest pinned; decided against the current version {}",
                 tool.digest
             ),
@@ -326,7 +346,7 @@ pub fn decide(
     if tool.spec.provenance.trust_level == TrustLevel::Untrusted {
         return d.deny(
             "untrusted-provenance",
-            format!(
+            reason!(
                 "{} has untrusted provenance and is never allowed",
                 tool.name
             ),
@@ -340,7 +360,7 @@ pub fn decide(
     {
         return d.deny(
             "action-type-mismatch",
-            format!(
+            reason!(
                 "the intent says {} but {} only does {}",
                 spec.intent.action_type,
                 tool.name,
@@ -364,7 +384,7 @@ pub fn decide(
             }
         };
     d.grant = Some(grant.name.clone());
-    let mut matched = format!(
+    let mut matched = reason!(
         "grant {} gives {} the tool {} with scopes [",
         grant.name,
         call.principal.short_name(),
@@ -391,9 +411,11 @@ pub fn decide(
         for s in verdict.shadow.into_iter().take(32) {
             d.because(
                 "policy-shadow-forbid",
-                format!(
+                reason!(
                     "shadow ToolPolicy {} would forbid this call ({}): {}",
-                    s.tool_policy, s.policy, s.reason
+                    s.tool_policy,
+                    s.policy,
+                    s.reason
                 ),
             );
             d.shadow_forbids.push(toolgate_crds::PolicyForbid {
@@ -405,9 +427,11 @@ pub fn decide(
         if let Some(f) = verdict.forbidden.first() {
             return d.deny(
                 "policy-forbidden",
-                format!(
+                reason!(
                     "ToolPolicy {} forbids this call ({}): {}",
-                    f.tool_policy, f.policy, f.reason
+                    f.tool_policy,
+                    f.policy,
+                    f.reason
                 ),
             );
         }
@@ -422,7 +446,7 @@ pub fn decide(
         } else {
             "approval-not-required"
         },
-        why.to_string(),
+        reason!("{why}"),
     );
     if !needs {
         d.outcome = DecisionOutcome::Allow;
@@ -447,11 +471,11 @@ pub fn decide(
                 d.approval = Some(a.name.to_string());
                 return d.deny(
                     "approval-denied",
-                    format!("{} denied the call ({})", a.spec.approver, a.name),
+                    reason!("{} denied the call ({})", a.spec.approver, a.name),
                 );
             }
             Ok(()) => granted.push(a),
-            Err(void) => d.because(void.code(), format!("approval {} is void: {void}", a.name)),
+            Err(void) => d.because(void.code(), reason!("approval {} is void: {void}", a.name)),
         }
     }
     let Some(first) = granted.first() else {
@@ -461,9 +485,11 @@ pub fn decide(
     d.approval = Some(first.name.to_string());
     d.because(
         "approval-granted",
-        format!(
+        reason!(
             "{} approved ({:?}) until {}",
-            first.spec.approver, first.spec.decision, first.spec.expires_at
+            first.spec.approver,
+            first.spec.decision,
+            first.spec.expires_at
         ),
     );
     d.outcome = if tool.tier == RiskTier::L5 && !dry_run {
@@ -494,7 +520,7 @@ fn confirm_l5(
                 if a.spec.approver == first.spec.approver {
                     d.because(
                         "approval-same-approver",
-                        format!(
+                        reason!(
                             "approval {} is by {} again; a second approval must come from another approver",
                             a.name, a.spec.approver
                         ),
@@ -507,7 +533,7 @@ fn confirm_l5(
                 .map(|a| {
                     (
                         a.name.to_string(),
-                        format!("{} approved too ({})", a.spec.approver, a.name),
+                        reason!("{} approved too ({})", a.spec.approver, a.name),
                     )
                 })
         }
@@ -520,14 +546,15 @@ fn confirm_l5(
                     Ok(()) => {
                         found = Some((
                             r.name.to_string(),
-                            format!(
+                            reason!(
                                 "dry run {} of the same args succeeded at {}",
-                                r.name, r.finished_at
+                                r.name,
+                                r.finished_at
                             ),
                         ));
                         break;
                     }
-                    Err(void) => d.because(void.code(), void.to_string()),
+                    Err(void) => d.because(void.code(), reason!("{void}")),
                 }
             }
             found
@@ -543,16 +570,22 @@ fn confirm_l5(
             let (code, message) = match kind {
                 StrongConfirmation::SecondApprover => (
                     "second-approver-required",
-                    format!(
+                    reason!(
                         "{} is L5: besides {}'s approval it needs a second approver other than {} and {}",
-                        tool.name, first.spec.approver, first.spec.approver, subject.principal
+                        tool.name,
+                        first.spec.approver,
+                        first.spec.approver,
+                        subject.principal
                     ),
                 ),
                 StrongConfirmation::DryRun => (
                     "dry-run-required",
-                    format!(
+                    reason!(
                         "{} is L5: besides the approval it needs a successful dry run of args {} by {} within the last {} s; propose the same call with dryRun: true",
-                        tool.name, subject.args_digest, subject.principal, DRY_RUN_VALID_SECONDS
+                        tool.name,
+                        subject.args_digest,
+                        subject.principal,
+                        DRY_RUN_VALID_SECONDS
                     ),
                 ),
             };
@@ -595,13 +628,13 @@ pub fn authorize_principal<'g, 't>(
     if perms.blocked_principals.contains(&principal.name) {
         return Err(refuse(
             "principal-blocked",
-            format!("{principal} is blocked from {}", tool.name),
+            reason!("{principal} is blocked from {}", tool.name),
         ));
     }
     if !perms.allowed_principals.is_empty() && !perms.allowed_principals.contains(&principal.name) {
         return Err(refuse(
             "principal-not-allowed",
-            format!(
+            reason!(
                 "{principal} is not among the principals allowed to call {}",
                 tool.name
             ),
@@ -641,7 +674,7 @@ pub fn authorize_principal<'g, 't>(
     if !any_covering {
         return Err(refuse(
             "no-grant",
-            format!(
+            reason!(
                 "no grant in {namespace} gives {principal} the tool {}",
                 tool.name
             ),
@@ -654,7 +687,7 @@ pub fn authorize_principal<'g, 't>(
     if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
         return Err(refuse(
             "scopes-undeclared",
-            format!(
+            reason!(
                 "{} is {} ({}) but declares no required scopes; such a tool is never granted implicitly",
                 tool.name,
                 tool.tier,
@@ -668,7 +701,7 @@ pub fn authorize_principal<'g, 't>(
     let missing: Vec<String> = missing_of(&required, grant).cloned().collect();
     Err(Refusal {
         code: "missing-scopes",
-        message: format!(
+        message: reason!(
             "grant {} lacks scope(s) {} that {} requires",
             grant.name,
             missing.join(", "),
@@ -704,14 +737,14 @@ pub fn covers(grant: &ToolGrantSpec, tool: &RegisteredTool) -> bool {
 /// Whether a grant is usable now, or why not.
 pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, String)> {
     if g.spec.revoked {
-        return Err(("grant-revoked", format!("grant {} is revoked", g.name)));
+        return Err(("grant-revoked", reason!("grant {} is revoked", g.name)));
     }
     if let Some(nb) = g.spec.not_before
         && now < nb.0
     {
         return Err((
             "grant-not-yet-valid",
-            format!("grant {} is valid from {nb}", g.name),
+            reason!("grant {} is valid from {nb}", g.name),
         ));
     }
     if let Some(exp) = g.spec.expires_at
@@ -719,7 +752,7 @@ pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, Str
     {
         return Err((
             "grant-expired",
-            format!("grant {} expired at {exp}", g.name),
+            reason!("grant {} expired at {exp}", g.name),
         ));
     }
     if let Some(e) = g

@@ -872,3 +872,42 @@ report-flaky-tz grant-matched: grant fixer-agent gives fixer the tool github.cre
 report-flaky-tz approval-required: L4 (external write) needs a human approval
 cleanup-snapshot grant-matched: grant fixer-agent gives fixer the tool file.delete with scopes [workspace:write]
 cleanup-snapshot approval-required: file.delete requires approval for every call";
+
+/// Every approval rule and the L5 suffixes, as a person reads them in a reason.
+#[test]
+fn each_approval_rule_reads_word_for_word() {
+    use toolgate_core::decision::{ApprovalRule, ApprovalWhy};
+    use toolgate_crds::StrongConfirmation;
+    let why = |rule, also_needs| ApprovalWhy { rule, also_needs }.to_string();
+    assert_eq!(
+        why(ApprovalRule::ToolAlways("file.delete"), None),
+        "file.delete requires approval for every call"
+    );
+    assert_eq!(
+        why(ApprovalRule::GrantAlways, None),
+        "the grant requires approval for every call"
+    );
+    assert_eq!(why(ApprovalRule::DryRun, None), "a dry run changes nothing");
+    assert_eq!(
+        why(ApprovalRule::TierRuns(RiskTier::L1), None),
+        "L1 (local compute) runs without approval"
+    );
+    assert_eq!(
+        why(ApprovalRule::Waived(RiskTier::L4), None),
+        "the grant waives approval up to L4"
+    );
+    assert_eq!(
+        why(
+            ApprovalRule::TierNeeds(RiskTier::L5),
+            Some(StrongConfirmation::SecondApprover)
+        ),
+        "L5 (destructive/admin) needs a human approval; as L5 it also needs a second, different approver"
+    );
+    assert_eq!(
+        why(
+            ApprovalRule::TierNeeds(RiskTier::L5),
+            Some(StrongConfirmation::DryRun)
+        ),
+        "L5 (destructive/admin) needs a human approval; as L5 it also needs a successful dry run of the same args shortly before"
+    );
+}
