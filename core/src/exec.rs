@@ -69,6 +69,12 @@ pub struct ExecSpec {
     /// runtime's sandboxes have no network, or one filtered before the tool starts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_gate: Option<EgressGate>,
+    /// The executor already runs under the sandbox's seccomp filters (bubblewrap installed them
+    /// on it as the sandbox's pid 1, and every process it starts inherits them), so it does not
+    /// install the same filters on its tool a second time. Absent in a pod, where nothing
+    /// installed them before the executor.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seccomp_inherited: bool,
 }
 
 impl ExecSpec {
@@ -400,6 +406,7 @@ pub fn discovery_spec(
         confinement,
         discover: true,
         egress_gate: None,
+        seccomp_inherited: false,
     }
 }
 
@@ -461,5 +468,6 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         confinement: input.confinement,
         discover: false,
         egress_gate: None,
+        seccomp_inherited: false,
     }
 }

@@ -189,9 +189,12 @@ pub(crate) fn tool_process(
     }
     cmd.process_group(0).kill_on_drop(true);
     // The sandbox's seccomp filters on the tool itself: in a pod nothing else refuses setuid
-    // modes, device nodes and FIFOs (in the embedded sandbox they stack on bubblewrap's copy).
-    toolgate_sandbox::seccomp::apply_in_child(cmd.as_std_mut())
-        .map_err(|e| ExecError::Unrunnable(e.to_string()))?;
+    // modes, device nodes and FIFOs. In the embedded sandbox bubblewrap installed them on this
+    // process already and the tool inherits them; a second copy would only cost its start.
+    if !spec.seccomp_inherited {
+        toolgate_sandbox::seccomp::apply_in_child(cmd.as_std_mut())
+            .map_err(|e| ExecError::Unrunnable(e.to_string()))?;
+    }
     if let Some(rules) = &spec.confinement {
         let mut rules = toolgate_sandbox::confine::with_system(rules.clone());
         if credentials.iter().any(|c| c.file.env_name.is_none()) {

@@ -115,7 +115,7 @@ fn executor_spec(
     artifacts_root: &Path,
 ) -> toolgate_core::exec::ExecSpec {
     let tool = target.tool;
-    exec_spec(ExecInput {
+    let mut spec = exec_spec(ExecInput {
         call: CallIdentity {
             namespace: rec.namespace.clone(),
             name: rec.id.clone(),
@@ -152,7 +152,11 @@ fn executor_spec(
             blocked: Vec::new(),
             ..confinement
         }),
-    })
+    });
+    // Every sandbox here is bubblewrap's, which installs the seccomp filters on the executor
+    // (`toolgate_sandbox::prepare`): the tool inherits them.
+    spec.seccomp_inherited = true;
+    spec
 }
 
 /// What the broker answered for a call's binding (by name).

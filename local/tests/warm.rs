@@ -43,6 +43,14 @@ fn add_tools(root: &Path) {
             tool("w.nap", "[sh, -c, \"sleep 2.71; echo rested\"]"),
         ),
         (
+            // Which seccomp filters the tool runs under, and whether they refuse a FIFO.
+            "w-filters",
+            tool(
+                "w.filters",
+                "[sh, -c, \"grep ^Seccomp /proc/self/status; mkfifo /tmp/f 2>/dev/null && echo made || echo refused\"]",
+            ),
+        ),
+        (
             // Leaves a process in a session of its own, out of reach of the tool's group.
             "w-linger",
             tool(
@@ -58,7 +66,7 @@ fn add_tools(root: &Path) {
         toolgate_testkit::fixtures::grant(
             "team-a",
             "warm-tools",
-            &["w.leave", "w.look", "w.linger", "w.nap"],
+            &["w.leave", "w.look", "w.linger", "w.nap", "w.filters"],
         ),
     )
     .expect("grant");
@@ -403,4 +411,22 @@ async fn waiting_sandboxes_yield_the_cpu_and_the_one_given_a_call_does_not() {
     let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
     assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
     assert_eq!(done.output_preview, "rested\n");
+}
+
+/// The tool runs under the sandbox's two seccomp filters, which bubblewrap installed on the
+/// executor: once, not stacked again by the executor, and they refuse what they are for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_runs_under_the_sandbox_filters_once_and_they_refuse_a_fifo() {
+    let dir = setup();
+    add_tools(dir.path());
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    for _ in 0..2 {
+        let (done, _) = run(&mut c, "w.filters").await;
+        assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+        assert_eq!(
+            done.output_preview, "Seccomp:\t2\nSeccomp_filters:\t2\nrefused\n",
+            "each call, whether its sandbox waited for it or was made for it"
+        );
+    }
 }
