@@ -9,16 +9,16 @@ use crate::plan::{Network, SandboxPlan};
 /// System folders bound read-only (or re-created as the host's symlinks, on merged-/usr systems).
 pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"];
 
-/// The few files of /etc programs need; never the whole folder (no shadow, no host config).
+/// The few files of /etc programs read when they run; never the whole folder (no shadow, no host
+/// config), nor what only an administrator's tool reads (`ld.so.conf` is ldconfig's, the
+/// `ca-certificates` folder update-ca-certificates'; programs read `ld.so.cache` and
+/// `ssl/certs`). Each bind costs bubblewrap a read of the mount table.
 pub const ETC_FILES: &[&str] = &[
     "/etc/alternatives",
     "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
     "/etc/localtime",
     "/etc/nsswitch.conf",
     "/etc/ssl/certs",
-    "/etc/ca-certificates",
     "/etc/mime.types",
 ];
 
@@ -45,6 +45,32 @@ pub fn kind_of(path: &Path) -> Kind {
         Ok(m) if m.is_dir() => Kind::Dir,
         Ok(_) => Kind::File,
     }
+}
+
+/// Whether the symlink `link` -> `target` points, lexically, into one of the [`SYSTEM_DIRS`],
+/// which the sandbox sees as the host does. Further links inside are resolved in the sandbox: at
+/// worst such a link dangles there, it never shows more than the system folders.
+fn resolves_into_system_dirs(link: &Path, target: &Path) -> bool {
+    use std::path::Component;
+    let mut at = PathBuf::from("/");
+    if target.is_relative()
+        && let Some(folder) = link.parent()
+    {
+        at.push(folder);
+    }
+    for c in target.components() {
+        match c {
+            Component::RootDir => at = PathBuf::from("/"),
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::Normal(part) => at.push(part),
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    SYSTEM_DIRS
+        .iter()
+        .any(|dir| at.starts_with(dir) && at != Path::new(dir))
 }
 
 /// The arguments before `--` and the command. `seccomp_fds` are descriptors the child inherits;
@@ -93,7 +119,15 @@ pub fn arguments(
         }
     }
     for f in ETC_FILES {
-        push(&[&"--ro-bind-try", f, f]);
+        match kind(Path::new(f)) {
+            Kind::Missing => {}
+            // The same symlink resolves inside to the same file (`/etc/localtime` into
+            // /usr/share/zoneinfo) without a mount of its own.
+            Kind::Symlink(target) if resolves_into_system_dirs(Path::new(f), &target) => {
+                push(&[&"--symlink", &target, f]);
+            }
+            Kind::Dir | Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind-try", f, f]),
+        }
     }
     push(&[&"--proc", &"/proc", &"--dev", &"/dev"]);
     push(&[
@@ -203,6 +237,11 @@ mod tests {
         match p.to_str() {
             Some("/usr") => Kind::Dir,
             Some("/bin") => Kind::Symlink("usr/bin".into()),
+            Some("/etc/localtime") => Kind::Symlink("../usr/share/zoneinfo/Europe/Berlin".into()),
+            Some("/etc/nsswitch.conf") => Kind::File,
+            Some("/etc/ssl/certs") => Kind::Dir,
+            Some("/etc/mime.types") => Kind::Symlink("/opt/mime/types".into()),
+            Some("/etc/alternatives") => Kind::Symlink("/usr/../etc/shadow".into()),
             Some("/srv/ws/.env") => Kind::File,
             Some("/srv/ws/.git") => Kind::Dir,
             _ => Kind::Missing,
@@ -313,5 +352,43 @@ mod tests {
             p.host_behind(Path::new("/workspace/out")),
             Path::new("/srv/ws/out")
         );
+    }
+
+    /// Of /etc, only what programs read, each as the host has it: a file or folder bound
+    /// read-only, a symlink into the system folders recreated (no mount), any other symlink bound
+    /// as the file it leads to, nothing for what is missing.
+    #[test]
+    fn etc_gets_only_what_programs_read() {
+        let a = joined(&arguments(
+            &plan(Network::None),
+            &[],
+            Path::new("/e"),
+            &fake_kind,
+        ));
+        assert!(a.contains(
+            "--symlink ../usr/share/zoneinfo/Europe/Berlin /etc/localtime --ro-bind-try /etc/nsswitch.conf /etc/nsswitch.conf --ro-bind-try /etc/ssl/certs /etc/ssl/certs --ro-bind-try /etc/mime.types /etc/mime.types"
+        ), "{a}");
+        // Lexically `..` of /usr leaves the system folders: bound, not recreated.
+        assert!(
+            a.contains("--ro-bind-try /etc/alternatives /etc/alternatives"),
+            "{a}"
+        );
+        assert!(
+            !a.contains("ld.so.conf") && !a.contains("ca-certificates"),
+            "{a}"
+        );
+        assert!(!a.contains("/etc/ld.so.cache"), "missing on this host: {a}");
+        assert!(resolves_into_system_dirs(
+            Path::new("/etc/localtime"),
+            Path::new("/usr/share/zoneinfo/Etc/UTC")
+        ));
+        assert!(!resolves_into_system_dirs(
+            Path::new("/etc/localtime"),
+            Path::new("/usr")
+        ));
+        assert!(!resolves_into_system_dirs(
+            Path::new("/etc/x"),
+            Path::new("../../usrx/y")
+        ));
     }
 }
