@@ -98,12 +98,14 @@ impl Slot {
                 .create(&d)
                 .map_err(|e| io("the folders", e))?;
         }
-        // Bound as a file: it must exist; the call's spec is written into it in place.
+        // There from the start, so the executor's argument names a file; the call's spec is
+        // written into it in place.
         std::fs::write(dir.join("spec.json"), b"").map_err(|e| io("the spec file", e))?;
         let mut plan = base.clone();
         plan.expose_read_only(PathBuf::from(program));
-        plan.expose_read_only(dir.join("spec.json"));
-        plan.expose_read_only(dir.join("credentials"));
+        // The folder read-only in one bind (the spec, the credential), `out` writable over it:
+        // each bind costs bubblewrap a read of the whole mount table.
+        plan.expose_read_only(dir.clone());
         plan.expose_writable(dir.join("out"));
         match &artifacts {
             ArtifactsAt::Store(inside) => plan.expose_writable_at(dir.join("artifacts"), inside),
