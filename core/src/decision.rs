@@ -655,14 +655,14 @@ pub fn authorize_principal<'g, 't>(
             .filter(|s| !g.spec.scopes.iter().any(|have| scope_covers(have, s)))
     }
     let mut any_covering = false;
-    let mut first_dead: Option<(&'static str, String)> = None;
+    let mut first_dead: Option<Dead<'g>> = None;
     let mut best: Option<(&'g GrantEntry, usize)> = None;
     for &g in grants {
         if g.namespace != namespace || !covers(&g.spec, tool) {
             continue;
         }
         any_covering = true;
-        if let Err(why) = liveness(g, now) {
+        if let Some(why) = dead(g, now) {
             first_dead.get_or_insert(why);
             continue;
         }
@@ -681,8 +681,10 @@ pub fn authorize_principal<'g, 't>(
         ));
     }
     let Some((grant, missing)) = best else {
-        let (code, msg) = first_dead.unwrap_or(("no-grant", String::new()));
-        return Err(refuse(code, msg));
+        return Err(match first_dead {
+            Some(why) => refuse(why.code(), reason!("{why}")),
+            None => refuse("no-grant", String::new()),
+        });
     };
     if tool.tier >= RiskTier::L3 && perms.required_scopes.is_empty() {
         return Err(refuse(
@@ -734,36 +736,71 @@ pub fn covers(grant: &ToolGrantSpec, tool: &RegisteredTool) -> bool {
             .all(|(k, v)| tool.labels.get(k) == Some(v))
 }
 
-/// Whether a grant is usable now, or why not.
-pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, String)> {
-    if g.spec.revoked {
-        return Err(("grant-revoked", reason!("grant {} is revoked", g.name)));
+/// Why a grant is not usable now, kept as what it refers to and written out only where it is
+/// read: a decision passes over every grant of its principal and says why for the first dead one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dead<'g> {
+    /// Revoked.
+    Revoked(&'g str),
+    /// Valid only from this time.
+    NotYetValid(&'g str, &'g toolgate_crds::Timestamp),
+    /// Expired at this time.
+    Expired(&'g str, &'g toolgate_crds::Timestamp),
+    /// A budget limit reached.
+    BudgetExhausted(crate::budget::Exhausted),
+}
+
+impl Dead<'_> {
+    /// The reason code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Dead::Revoked(_) => "grant-revoked",
+            Dead::NotYetValid(..) => "grant-not-yet-valid",
+            Dead::Expired(..) => "grant-expired",
+            Dead::BudgetExhausted(_) => "budget-exhausted",
+        }
     }
-    if let Some(nb) = g.spec.not_before
+}
+
+impl std::fmt::Display for Dead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dead::Revoked(grant) => write!(f, "grant {grant} is revoked"),
+            Dead::NotYetValid(grant, from) => write!(f, "grant {grant} is valid from {from}"),
+            Dead::Expired(grant, at) => write!(f, "grant {grant} expired at {at}"),
+            Dead::BudgetExhausted(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Why a grant is not usable now, if it is not.
+pub fn dead(g: &GrantEntry, now: Timestamp) -> Option<Dead<'_>> {
+    if g.spec.revoked {
+        return Some(Dead::Revoked(&g.name));
+    }
+    if let Some(nb) = &g.spec.not_before
         && now < nb.0
     {
-        return Err((
-            "grant-not-yet-valid",
-            reason!("grant {} is valid from {nb}", g.name),
-        ));
+        return Some(Dead::NotYetValid(&g.name, nb));
     }
-    if let Some(exp) = g.spec.expires_at
+    if let Some(exp) = &g.spec.expires_at
         && now >= exp.0
     {
-        return Err((
-            "grant-expired",
-            reason!("grant {} expired at {exp}", g.name),
-        ));
+        return Some(Dead::Expired(&g.name, exp));
     }
-    if let Some(e) = g
-        .spec
+    g.spec
         .budget
         .as_ref()
         .and_then(|b| crate::budget::exhausted(&g.name, b, &g.usage))
-    {
-        return Err(("budget-exhausted", e.to_string()));
+        .map(Dead::BudgetExhausted)
+}
+
+/// Whether a grant is usable now, or why not (code and message).
+pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, String)> {
+    match dead(g, now) {
+        None => Ok(()),
+        Some(why) => Err((why.code(), reason!("{why}"))),
     }
-    Ok(())
 }
 
 /// The state of a grant at `now` and when it next changes by itself (a start or an expiry), so a

@@ -335,20 +335,27 @@ fn registration_lifecycles_follow_the_lint() {
 #[test]
 fn grant_liveness_and_budget() {
     let read = example_call("read-serializer-1");
-    let cases: Vec<(&str, Value, &str)> = vec![
-        ("/spec/revoked", json!(true), "grant-revoked"),
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "/spec/revoked",
+            json!(true),
+            "grant-revoked",
+            "grant fixer-agent is revoked",
+        ),
         (
             "/spec/expiresAt",
             json!("2026-11-29T00:00:00Z"),
             "grant-expired",
+            "grant fixer-agent expired at 2026-11-29T00:00:00Z",
         ),
         (
             "/spec/notBefore",
             json!("2026-12-01T00:00:00Z"),
             "grant-not-yet-valid",
+            "grant fixer-agent is valid from 2026-12-01T00:00:00Z",
         ),
     ];
-    for (pointer, value, code) in cases {
+    for (pointer, value, code, message) in cases {
         let r = registry_with("ToolGrant", "fixer-agent", |v| {
             let (parent, key) = pointer.rsplit_once('/').expect("p");
             v.pointer_mut(parent)
@@ -359,7 +366,9 @@ fn grant_liveness_and_budget() {
                 v["spec"]["expiresAt"] = json!("2027-05-01T00:00:00Z");
             }
         });
-        assert_decision(&decide_fixer(&r, "x", &read), DecisionOutcome::Deny, code);
+        let d = decide_fixer(&r, "x", &read);
+        assert_decision(&d, DecisionOutcome::Deny, code);
+        assert_eq!(d.reasons.last().map(|r| r.message.as_str()), Some(message));
     }
     let mut r = example_registry();
     r.set_usage(
