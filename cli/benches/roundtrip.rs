@@ -1,7 +1,9 @@
 //! The governed round trip of a `true` tool through `toolgate local` (ProposeCall → WatchCall
 //! until the result is recorded: decision, sandbox, executor, artifacts, durable store), next to
 //! a bare sandbox spawn of `true` and a plain fork+exec of `true`, in one run, as ratios.
-//! Run: `cargo bench -p toolgate --bench roundtrip`.
+//! Run: `cargo bench -p toolgate --bench roundtrip`. To compare builds, copy each build's
+//! `toolgate` and `toolgate-executor` into a folder of its own and run it with
+//! `ROUNDTRIP_COMPARE=old/toolgate,new/toolgate` (see [`compare`]).
 
 use std::ffi::OsString;
 use std::io::BufRead;
@@ -125,6 +127,12 @@ fn main() {
     )
     .expect("write");
 
+    let ws = root.join("workspace");
+    if let Ok(builds) = std::env::var("ROUNDTRIP_COMPARE") {
+        compare(root, &ws, &builds);
+        return;
+    }
+
     // Plain fork+exec.
     let plain = sample(300, || {
         Command::new("true").status().expect("true");
@@ -135,7 +143,6 @@ fn main() {
         serde_norway::from_str(MANIFESTS.split("\n---\n").next().expect("doc")).expect("yaml");
     let policy: toolgate_crds::SandboxPolicySpec =
         serde_json::from_value(first["spec"].clone()).expect("policy parses");
-    let ws = root.join("workspace");
     let plan = toolgate_sandbox::resolve(
         &policy,
         &toolgate_sandbox::plan::Context {
@@ -301,34 +308,8 @@ impl Governed {
     /// of its own, measure, stop it.
     fn measure(root: &Path, ws: &Path, extra: &[&str]) -> Governed {
         let data = root.join(format!("data{}", extra.concat()));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-        command
-            .arg("local")
-            .arg("--manifests")
-            .arg(root.join("manifests"))
-            .arg("--data")
-            .arg(&data)
-            .arg("--workspace")
-            .arg(ws)
-            .arg("--tokens")
-            .arg(root.join("tokens.yaml"))
-            .args(["--listen", "127.0.0.1:0"]);
-        command.args(extra);
-        let mut server = command
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("toolgate local");
-        let mut line = String::new();
-        std::io::BufReader::new(server.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("line");
-        let addr = line
-            .split("serving toolgate.v1 on ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .expect("addr")
-            .to_string();
+        let toolgate = Path::new(env!("CARGO_BIN_EXE_toolgate"));
+        let (mut server, addr) = start_local(toolgate, root, ws, &data, extra);
         let figures = Governed::of(&addr, server.id());
         let _ = server.kill();
         let _ = server.wait();
@@ -440,6 +421,76 @@ impl Governed {
             breakdown,
             throughput,
             cpu_per_call,
+        }
+    }
+}
+
+/// Start `toolgate` (`local`, on the bench's manifests, `data` its own) with `extra` arguments;
+/// the process and the address it serves on.
+fn start_local(
+    toolgate: &Path,
+    root: &Path,
+    ws: &Path,
+    data: &Path,
+    extra: &[&str],
+) -> (std::process::Child, String) {
+    let mut command = Command::new(toolgate);
+    command
+        .arg("local")
+        .arg("--manifests")
+        .arg(root.join("manifests"))
+        .arg("--data")
+        .arg(data)
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--tokens")
+        .arg(root.join("tokens.yaml"))
+        .args(["--listen", "127.0.0.1:0"]);
+    command.args(extra);
+    let mut server = command
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("toolgate local");
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("line");
+    let addr = line
+        .split("serving toolgate.v1 on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .expect("addr")
+        .to_string();
+    (server, addr)
+}
+
+/// `ROUNDTRIP_COMPARE=<toolgate>,<toolgate>,…`: only the throughput of each build (8 agents,
+/// 100 calls each, warm sandboxes; each binary runs the `toolgate-executor` beside it when it is
+/// of its build), the builds taking turns `ROUNDTRIP_ROUNDS` times (default 4): an A/B of two
+/// builds on one machine in one run, where a single run of each moves with the machine.
+fn compare(root: &Path, ws: &Path, builds: &str) {
+    let rounds: usize = std::env::var("ROUNDTRIP_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(4);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    println!("8 agents × 100 calls, warm sandboxes: calls/s, latency p50 / p99, CPU per call");
+    for round in 1..=rounds {
+        for (i, toolgate) in builds.split(',').enumerate() {
+            let data = root.join(format!("compare-{round}-{i}"));
+            let (mut server, addr) = start_local(Path::new(toolgate), root, ws, &data, &[]);
+            let before = cpu_of(server.id());
+            let (_, per_second, p50, p99) = rt.block_on(concurrent(&addr, 8, 100));
+            let cpu = (cpu_of(server.id()) - before) / 800;
+            let _ = server.kill();
+            let _ = server.wait();
+            println!(
+                "  round {round}  {toolgate}  {per_second:>6.1} calls/s  {p50:>9.2?} / {p99:>9.2?}  {cpu:>8.2?}"
+            );
         }
     }
 }
