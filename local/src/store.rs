@@ -233,6 +233,9 @@ pub enum StoreError {
     },
 }
 
+/// How long opening the store waits for a lock another runtime holds before refusing.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The store.
 #[derive(Debug)]
 pub struct Store {
@@ -253,18 +256,32 @@ impl Store {
         // Every page is checked at open: a file changed outside toolgate is refused with a way
         // forward instead of trusted (redb may panic on a corrupted file it trusts). The
         // catch_unwind is the last line should a check miss something.
-        let opened = std::panic::catch_unwind(|| {
-            Database::builder()
-                .set_check_integrity_on_open(true)
-                // The check runs through redb's repair at every open, clean stop or not: it
-                // is no news (it used to be logged as "repairing after an unclean stop").
-                .set_repair_callback(|session| {
-                    if session.progress() == 0.0 {
-                        tracing::debug!("checking every page of the call store");
-                    }
-                })
-                .create(&path)
-        });
+        let open = || {
+            std::panic::catch_unwind(|| {
+                Database::builder()
+                    .set_check_integrity_on_open(true)
+                    // The check runs through redb's repair at every open, clean stop or not: it
+                    // is no news (it used to be logged as "repairing after an unclean stop").
+                    .set_repair_callback(|session| {
+                        if session.progress() == 0.0 {
+                            tracing::debug!("checking every page of the call store");
+                        }
+                    })
+                    .create(&path)
+            })
+        };
+        // The store's lock says another runtime uses this data folder. One killed a moment ago
+        // can still hold it through a process it was starting (a sandbox between its clone and
+        // its exec keeps the runtime's descriptors until the exec): wait for it a little before
+        // refusing.
+        let waited = std::time::Instant::now();
+        let mut opened = open();
+        while matches!(opened, Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)))
+            && waited.elapsed() < LOCK_WAIT
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            opened = open();
+        }
         let db = match opened {
             Ok(Ok(db)) => db,
             Ok(Err(e)) if !is_damage(&e) => return Err(db_err(e.to_string())),

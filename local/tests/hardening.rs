@@ -366,6 +366,34 @@ fn local_refuses_to_listen_beyond_loopback_without_tls() {
     }
 }
 
+/// Two runtimes never share a data folder: the second waits a moment for the store's lock (one
+/// killed just before may still be letting go of it), then refuses with what holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_runtime_on_the_same_data_folder_is_refused() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let out = local_command(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+    )
+    .args(["--listen", "127.0.0.1:0"])
+    .arg("--secrets")
+    .arg(dir.path().join("secrets.yaml"))
+    .output()
+    .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("toolgate.redb"), "{stderr}");
+    assert!(stderr.contains("already open"), "{stderr}");
+    // The first runtime still serves.
+    let mut c = server.client().await;
+    let _ = c
+        .list_calls(req(REVIEWER, pb::ListCallsRequest::default()))
+        .await
+        .expect("the first runtime still answers");
+}
+
 /// Tools for the correctness findings, in the test namespace, granted to the agent.
 fn add_tools(root: &std::path::Path) {
     let m = root.join("manifests");
