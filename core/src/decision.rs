@@ -795,14 +795,6 @@ pub fn dead(g: &GrantEntry, now: Timestamp) -> Option<Dead<'_>> {
         .map(Dead::BudgetExhausted)
 }
 
-/// Whether a grant is usable now, or why not (code and message).
-pub fn liveness(g: &GrantEntry, now: Timestamp) -> Result<(), (&'static str, String)> {
-    match dead(g, now) {
-        None => Ok(()),
-        Some(why) => Err((why.code(), reason!("{why}"))),
-    }
-}
-
 /// The state of a grant at `now` and when it next changes by itself (a start or an expiry), so a
 /// controller can requeue exactly then.
 pub fn grant_state(
