@@ -190,8 +190,9 @@ pub(crate) fn tool_process(
     cmd.process_group(0).kill_on_drop(true);
     // The sandbox's seccomp filters on the tool itself: in a pod nothing else refuses setuid
     // modes, device nodes and FIFOs. In the embedded sandbox bubblewrap installed them on this
-    // process already and the tool inherits them; a second copy would only cost its start.
-    if !spec.seccomp_inherited {
+    // process already and the tool inherits them; a second copy would only cost its start. The
+    // spec's word is checked: without filters of its own this process installs them anyway.
+    if !(spec.seccomp_inherited && runs_under_sandbox_filters()) {
         toolgate_sandbox::seccomp::apply_in_child(cmd.as_std_mut())
             .map_err(|e| ExecError::Unrunnable(e.to_string()))?;
     }
@@ -398,4 +399,18 @@ async fn run_builtin(
             ))
         }
     }
+}
+
+/// Whether this process runs under the sandbox's seccomp filters (bubblewrap's two, at least),
+/// as `/proc/self/status` says.
+fn runs_under_sandbox_filters() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u32>().ok())
+    };
+    field("Seccomp:") == Some(2) && field("Seccomp_filters:").is_some_and(|n| n >= 2)
 }
