@@ -301,6 +301,7 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         reload_interval: Duration::from_secs(1),
         tracer,
         warm_sandboxes,
+        runs: None,
     })
     .await?;
     let listener = tokio::net::TcpListener::bind(listen)

@@ -45,6 +45,10 @@ pub struct Config {
     /// Sandboxes kept started ahead of demand per sandbox plan (each runs one call, then is
     /// destroyed); 0 starts every sandbox when its call needs it.
     pub warm_sandboxes: usize,
+    /// The host folder of the sandboxes' run files (each call's spec, credential and result while
+    /// its sandbox lives), emptied when the runtime starts. `None`:
+    /// [`crate::slot::default_run_folder`] of the data folder, on a memory filesystem.
+    pub runs: Option<PathBuf>,
 }
 
 /// Why the runtime did not start.

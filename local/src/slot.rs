@@ -56,7 +56,11 @@ pub(crate) enum ArtifactsAt {
 
 /// A sandbox with the executor started in it, waiting for its one call.
 pub(crate) struct Slot {
+    /// Its run files on the host (the spec, the credential, the result): see [`default_run_folder`].
     dir: PathBuf,
+    /// Where the executor writes artifacts, on the host: on the artifact store's filesystem, so
+    /// keeping them is a rename.
+    staging: PathBuf,
     base: SandboxPlan,
     plan: SandboxPlan,
     artifacts: ArtifactsAt,
@@ -84,14 +88,18 @@ impl Slot {
         let Some((program, lead)) = config.executor.split_first() else {
             return Err("no executor configured".into());
         };
-        let dir = slots_folder(&config.data).join(format!(
+        let name = format!(
             "{}-{}",
             std::process::id(),
             SEQUENCE.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut folder = SlotFolder(Some(dir.clone()));
+        );
+        let dir = run_folder(config).join(&name);
+        // Inside, the run files are under the data folder whatever filesystem holds them.
+        let inside = slots_folder(&config.data).join(&name);
+        let staging = staging_folder(&config.data).join(&name);
+        let mut folder = SlotFolder(vec![dir.clone(), staging.clone()]);
         let io = |what: &str, e: std::io::Error| format!("{what} of its sandbox: {e}");
-        for d in ["credentials", "out", "artifacts"].map(|d| dir.join(d)) {
+        for d in [dir.join("credentials"), dir.join("out"), staging.clone()] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -105,20 +113,20 @@ impl Slot {
         plan.expose_read_only(PathBuf::from(program));
         // The folder read-only in one bind (the spec, the credential), `out` writable over it:
         // each bind costs bubblewrap a read of the whole mount table.
-        plan.expose_read_only(dir.clone());
-        plan.expose_writable(dir.join("out"));
+        plan.expose_read_only_at(&dir, &inside);
+        plan.expose_writable_at(dir.join("out"), inside.join("out"));
         match &artifacts {
-            ArtifactsAt::Store(inside) => plan.expose_writable_at(dir.join("artifacts"), inside),
-            ArtifactsAt::Own => plan.expose_writable(dir.join("artifacts")),
+            ArtifactsAt::Store(store) => plan.expose_writable_at(&staging, store),
+            ArtifactsAt::Own => plan.expose_writable(&staging),
         }
         let mut args: Vec<OsString> = lead.to_vec();
         args.extend([
             "--spec".into(),
-            dir.join("spec.json").into(),
+            inside.join("spec.json").into(),
             "--credentials".into(),
-            dir.join("credentials").into(),
+            inside.join("credentials").into(),
             "--result".into(),
-            dir.join("out/result.json").into(),
+            inside.join("out/result.json").into(),
             "--wait-for-go".into(),
         ]);
         let sandboxed =
@@ -128,9 +136,10 @@ impl Slot {
         let go = pipe::Sender::from_owned_fd(started.stdin).map_err(streams)?;
         let said = pipe::Receiver::from_owned_fd(started.stdout).map_err(streams)?;
         let stderr = pipe::Receiver::from_owned_fd(started.stderr).map_err(streams)?;
-        folder.0 = None;
+        folder.0.clear();
         Ok(Slot {
             dir,
+            staging,
             base: base.clone(),
             plan,
             artifacts,
@@ -163,9 +172,9 @@ impl Slot {
         self.dir.join("credentials")
     }
 
-    /// The host folder of its artifacts.
-    pub(crate) fn artifacts(&self) -> PathBuf {
-        self.dir.join("artifacts")
+    /// The host folder of its artifacts (for [`ArtifactsAt::Own`], where the sandbox sees it too).
+    pub(crate) fn artifacts(&self) -> &Path {
+        &self.staging
     }
 
     /// Its process group (bubblewrap leads its own), so a cancel can kill it.
@@ -272,15 +281,27 @@ impl Slot {
         if !matches!(self.artifacts, ArtifactsAt::Store(_)) {
             return Ok(());
         }
-        let from = self.artifacts().join(relative);
-        let Ok(entries) = std::fs::read_dir(&from) else {
+        let from = self.staging.join(relative);
+        if !from.is_dir() {
             return Ok(());
+        }
+        let made = |dir: &Path| {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(store)?;
-        for entry in entries {
+        // The call's folder moved whole: no folder made and none removed for it.
+        if let Some(parent) = store.parent() {
+            made(parent)?;
+        }
+        if std::fs::rename(&from, store).is_ok() {
+            use std::os::unix::fs::PermissionsExt;
+            return std::fs::set_permissions(store, std::fs::Permissions::from_mode(0o700));
+        }
+        // Its folder in the store has artifacts already (a run before a restart): one by one.
+        made(store)?;
+        for entry in std::fs::read_dir(&from)? {
             let entry = entry?;
             std::fs::rename(entry.path(), store.join(entry.file_name()))?;
         }
@@ -295,6 +316,7 @@ impl Drop for Slot {
         }
         self.sandboxed.cleanup();
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.staging);
     }
 }
 
@@ -315,20 +337,111 @@ impl std::fmt::Display for Ended {
     }
 }
 
-/// A slot's folder, removed unless the slot was made.
-struct SlotFolder(Option<PathBuf>);
+/// A slot's folders, removed unless the slot was made.
+struct SlotFolder(Vec<PathBuf>);
 
 impl Drop for SlotFolder {
     fn drop(&mut self) {
-        if let Some(d) = self.0.take() {
+        for d in self.0.drain(..) {
             let _ = std::fs::remove_dir_all(d);
         }
     }
 }
 
-/// Where slots keep their folders: under the data folder, which no sandbox sees.
+/// Where a sandbox sees its slot's run files: under the data folder, which no tool sees. On the
+/// host they are there too when no memory filesystem is private to this user.
 pub(crate) fn slots_folder(data: &Path) -> PathBuf {
     data.join("slots")
+}
+
+/// Where slots stage their calls' artifacts on the host, beside the artifact store.
+pub(crate) fn staging_folder(data: &Path) -> PathBuf {
+    data.join("staging")
+}
+
+/// The host folder of the slots' run files: the one the runtime resolved when it started.
+fn run_folder(config: &Config) -> PathBuf {
+    config
+        .runs
+        .clone()
+        .unwrap_or_else(|| slots_folder(&config.data))
+}
+
+/// Where a runtime on `data` keeps its sandboxes' run files by default (a call's spec, credential
+/// and result, for as long as its sandbox lives): a folder of its own on a memory filesystem —
+/// under `$XDG_RUNTIME_DIR`, else under `/dev/shm/toolgate-<uid>` — so a credential never
+/// reaches the disk, and a slot's files cost no disk inodes (on ext4 without a journal each new
+/// inode is found by scanning past every one freed in the last seconds: at 60 calls/s that was a
+/// third of a no-op call's CPU). `<data>/slots` where neither is private to this user. A sandbox
+/// sees them at `<data>/slots/<slot>` either way, never under its own `/dev/shm`, which tools
+/// may write.
+pub fn default_run_folder(data: &Path) -> PathBuf {
+    use sha2::Digest;
+    let data = std::fs::canonicalize(data).unwrap_or_else(|_| data.to_path_buf());
+    let id = hex::encode(&sha2::Sha256::digest(data.as_os_str().as_encoded_bytes())[..8]);
+    memory_folder().map_or_else(|| slots_folder(&data), |m| m.join(id))
+}
+
+/// In a run folder on a memory filesystem: a link to the data folder of the runtime it is for.
+const DATA_LINK: &str = ".data";
+
+/// Make `runs`, the run folder of the runtime on `data`, anew: the sandboxes a previous runtime
+/// on `data` started died with it, their run files are left. Beside it on a memory filesystem,
+/// the run folders of runtimes whose data folder is gone (a test's, a demo's) are removed too:
+/// nobody else would, and memory is not the place to leave them.
+pub(crate) fn renew_run_folder(runs: &Path, data: &Path) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(runs);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(runs)?;
+    let data = std::fs::canonicalize(data)?;
+    if runs.starts_with(&data) {
+        return Ok(());
+    }
+    std::os::unix::fs::symlink(&data, runs.join(DATA_LINK))?;
+    let Some(Ok(entries)) = runs.parent().map(std::fs::read_dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let other = entry.path();
+        let orphaned = match std::fs::read_link(other.join(DATA_LINK)) {
+            Ok(data) => !data.exists(),
+            // Without its link for a minute: not one being made now.
+            Err(_) => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(60)),
+        };
+        if other != runs && orphaned {
+            let _ = std::fs::remove_dir_all(&other);
+        }
+    }
+    Ok(())
+}
+
+/// A folder on a memory filesystem that no other user can enter.
+fn memory_folder() -> Option<PathBuf> {
+    let uid = nix::unistd::geteuid().as_raw();
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty())
+        && private_to(Path::new(&xdg), uid)
+    {
+        return Some(Path::new(&xdg).join("toolgate"));
+    }
+    let shm = Path::new("/dev/shm").join(format!("toolgate-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&shm) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    private_to(&shm, uid).then_some(shm)
+}
+
+/// A folder itself (not a symlink to one), owned by `uid`, that no other user can enter.
+fn private_to(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
 }
 
 /// The first bytes of the executor's stderr; the rest is drained.

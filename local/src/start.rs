@@ -15,7 +15,7 @@ use crate::store::Store;
 impl Runtime {
     /// Load the manifests (refusing to start on any error), open the store, recover calls a
     /// previous process left, and watch the manifests folder.
-    pub async fn start(config: Config) -> Result<Runtime, StartError> {
+    pub async fn start(mut config: Config) -> Result<Runtime, StartError> {
         let linter = crate::manifests::linter().map_err(|e| StartError::Linter(e.to_string()))?;
         let refused = |errors| StartError::Manifests {
             dir: config.manifests.display().to_string(),
@@ -35,7 +35,23 @@ impl Runtime {
         // The sandboxes a previous process started died with it (their parent-death signal);
         // their folders are left. The store's lock says no other runtime uses them. One it was
         // starting as it died can linger; its cgroups say so and go, with what is in them.
-        let _ = std::fs::remove_dir_all(crate::slot::slots_folder(&config.data));
+        for left in [
+            crate::slot::slots_folder(&config.data),
+            crate::slot::staging_folder(&config.data),
+        ] {
+            let _ = std::fs::remove_dir_all(left);
+        }
+        let runs = config
+            .runs
+            .take()
+            .unwrap_or_else(|| crate::slot::default_run_folder(&config.data));
+        config.runs = Some(match crate::slot::renew_run_folder(&runs, &config.data) {
+            Ok(()) => runs,
+            Err(e) => {
+                tracing::warn!(folder = %runs.display(), error = %e, "the sandboxes' run files go under the data folder");
+                crate::slot::slots_folder(&config.data)
+            }
+        });
         let swept = tokio::task::spawn_blocking(toolgate_sandbox::spawn::sweep_orphaned_cgroups)
             .await
             .unwrap_or(0);

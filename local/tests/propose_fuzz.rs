@@ -178,6 +178,7 @@ fn hostile_proposals_are_refused_by_field_and_touch_nothing_outside_the_data_fol
             reload_interval: std::time::Duration::from_secs(3600),
             warm_sandboxes: 0,
             tracer: Default::default(),
+            runs: None,
         }))
         .expect("runtime starts");
     let service = Service::new(Arc::new(runtime), Arc::new(Fixer));

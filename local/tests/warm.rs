@@ -134,6 +134,16 @@ async fn two_waiting(data: &Path) -> BTreeSet<String> {
     waiting
 }
 
+/// The host folders of a slot the sandbox sees at `<data>/slots/<name>`: its run files (on a
+/// memory filesystem when this user has one of its own) and its artifacts' staging folder.
+fn host_folders(data: &Path, slot: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let name = Path::new(slot).file_name().expect("a slot's name");
+    (
+        toolgate_local::default_run_folder(data).join(name),
+        data.join("staging").join(name),
+    )
+}
+
 /// The slot folder (`<data>/slots/<name>`) a text names first.
 fn slot_in(text: &str, slots: &str) -> Option<String> {
     let at = text.find(slots)? + slots.len() + 1;
@@ -178,26 +188,39 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
 
     // After the first run of a plan, two sandboxes of it wait (the default).
     let waiting = two_waiting(&data).await;
-    // Nothing of any call is in a waiting sandbox's folder: no spec, no credential, no output.
+    // Nothing of any call is in a waiting sandbox's folders: no spec, no credential, no output,
+    // no artifact.
     for slot in &waiting {
-        let slot = Path::new(slot);
+        let (run_files, staging) = host_folders(&data, slot);
+        // The spec and the credential never reach the disk where a memory filesystem is there.
+        if Path::new("/dev/shm").is_dir() {
+            let fs = Command::new("stat")
+                .args(["-f", "-c", "%T"])
+                .arg(&run_files)
+                .output()
+                .expect("stat");
+            assert_eq!(
+                String::from_utf8_lossy(&fs.stdout).trim(),
+                "tmpfs",
+                "{}",
+                run_files.display()
+            );
+        }
         assert_eq!(
-            std::fs::metadata(slot.join("spec.json"))
+            std::fs::metadata(run_files.join("spec.json"))
                 .expect("spec")
                 .len(),
             0,
             "{}",
-            slot.display()
+            run_files.display()
         );
-        for empty in ["credentials", "out", "artifacts"] {
-            let entries: Vec<_> = std::fs::read_dir(slot.join(empty))
-                .expect("folder")
-                .collect();
-            assert!(
-                entries.is_empty(),
-                "{}/{empty}: {entries:?}",
-                slot.display()
-            );
+        for empty in [
+            run_files.join("credentials"),
+            run_files.join("out"),
+            staging,
+        ] {
+            let entries: Vec<_> = std::fs::read_dir(&empty).expect("folder").collect();
+            assert!(entries.is_empty(), "{}: {entries:?}", empty.display());
         }
     }
 
@@ -217,13 +240,16 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
         }
         assert!(used.insert(slot.clone()), "{slot} ran two calls");
         // Removed after the end is recorded, off the call's path: soon, not at once.
+        let (run_files, staging) = host_folders(&data, &slot);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while Path::new(&slot).exists() && std::time::Instant::now() < deadline {
+        while (run_files.exists() || staging.exists()) && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(
-            !Path::new(&slot).exists(),
-            "a used sandbox's folder is removed: {slot}"
+            !run_files.exists() && !staging.exists(),
+            "a used sandbox's folders are removed: {} and {}",
+            run_files.display(),
+            staging.display()
         );
     }
 
@@ -429,4 +455,27 @@ async fn a_tool_runs_under_the_sandbox_filters_once_and_they_refuse_a_fifo() {
             "each call, whether its sandbox waited for it or was made for it"
         );
     }
+}
+
+/// The run files of a runtime killed and whose data folder was then deleted (a test's, a
+/// demo's) do not stay in memory: the next runtime to start, on any data folder, removes them;
+/// those of a runtime whose data folder is there are left to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_files_whose_data_folder_is_gone_are_removed_by_the_next_runtime() {
+    let (gone, mut server, _c) = after_one_look().await;
+    let gone_runs = toolgate_local::default_run_folder(&gone.path().join("data"));
+    two_waiting(&gone.path().join("data")).await;
+    let (kept, mut other, _c) = after_one_look().await;
+    let kept_runs = toolgate_local::default_run_folder(&kept.path().join("data"));
+    server.kill9();
+    other.kill9();
+    assert!(gone_runs.is_dir(), "{}", gone_runs.display());
+    drop(gone);
+
+    let dir = setup();
+    add_tools(dir.path());
+    let next = Server::start(dir.path());
+    next.client().await;
+    assert!(!gone_runs.exists(), "left: {}", gone_runs.display());
+    assert!(kept_runs.is_dir(), "removed: {}", kept_runs.display());
 }

@@ -89,7 +89,8 @@ pub struct RuntimeBind {
     pub path: PathBuf,
     /// The host file or folder behind `path`, when it is not `path` itself: a sandbox started
     /// before its call is known writes the call's artifacts into its own folder, seen inside
-    /// where the runtime's artifact store is.
+    /// where the runtime's artifact store is; its run files are on a memory filesystem, seen
+    /// inside under the data folder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<PathBuf>,
     /// Whether the sandbox may write it.
@@ -109,6 +110,15 @@ impl SandboxPlan {
         self.runtime.push(RuntimeBind {
             path: host.into(),
             host: None,
+            writable: false,
+        });
+    }
+
+    /// Make a runtime folder `host` visible read-only inside at `inside`.
+    pub fn expose_read_only_at(&mut self, host: impl Into<PathBuf>, inside: impl Into<PathBuf>) {
+        self.runtime.push(RuntimeBind {
+            path: inside.into(),
+            host: Some(host.into()),
             writable: false,
         });
     }
