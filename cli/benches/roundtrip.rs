@@ -466,8 +466,8 @@ fn start_local(
 }
 
 /// `ROUNDTRIP_COMPARE=<toolgate>,<toolgate>,…`: only the throughput of each build (8 agents,
-/// 100 calls each, warm sandboxes; each binary runs the `toolgate-executor` beside it when it is
-/// of its build), the builds taking turns `ROUNDTRIP_ROUNDS` times (default 4): an A/B of two
+/// 100 calls each, warm sandboxes; each binary runs the `toolgate-executor` beside it, which must
+/// be of its build), the builds taking turns `ROUNDTRIP_ROUNDS` times (default 4): an A/B of two
 /// builds on one machine in one run, where a single run of each moves with the machine.
 fn compare(root: &Path, ws: &Path, builds: &str) {
     let rounds: usize = std::env::var("ROUNDTRIP_ROUNDS")
@@ -482,7 +482,17 @@ fn compare(root: &Path, ws: &Path, builds: &str) {
     for round in 1..=rounds {
         for (i, toolgate) in builds.split(',').enumerate() {
             let data = root.join(format!("compare-{round}-{i}"));
-            let (mut server, addr) = start_local(Path::new(toolgate), root, ws, &data, &[]);
+            // Named, so a build whose executor is missing or stale refuses to start instead of
+            // falling back to `toolgate executor` quietly (an A/B of the fallback, not the build).
+            let executor = Path::new(toolgate).with_file_name("toolgate-executor");
+            let executor = executor.to_str().expect("a UTF-8 path");
+            let (mut server, addr) = start_local(
+                Path::new(toolgate),
+                root,
+                ws,
+                &data,
+                &["--executor", executor],
+            );
             let before = cpu_of(server.id());
             let (_, per_second, p50, p99) = rt.block_on(concurrent(&addr, 8, 100));
             let cpu = (cpu_of(server.id()) - before) / 800;
