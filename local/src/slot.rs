@@ -389,14 +389,15 @@ const DATA_LINK: &str = ".data";
 /// on `data` started died with it, their run files are left. Beside it on a memory filesystem,
 /// the run folders of runtimes whose data folder is gone (a test's, a demo's) are removed too:
 /// nobody else would, and memory is not the place to leave them.
-pub(crate) fn renew_run_folder(runs: &Path, data: &Path) -> std::io::Result<()> {
+pub(crate) fn renew_run_folder(runs: &Path, data: &Path, sweep: bool) -> std::io::Result<()> {
     let _ = std::fs::remove_dir_all(runs);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(runs)?;
     let data = std::fs::canonicalize(data)?;
-    if runs.starts_with(&data) {
+    // Only in the default memory folder: beside a folder the caller named may be anything.
+    if runs.starts_with(&data) || !sweep {
         return Ok(());
     }
     std::os::unix::fs::symlink(&data, runs.join(DATA_LINK))?;

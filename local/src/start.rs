@@ -41,17 +41,18 @@ impl Runtime {
         ] {
             let _ = std::fs::remove_dir_all(left);
         }
-        let runs = config
-            .runs
-            .take()
-            .unwrap_or_else(|| crate::slot::default_run_folder(&config.data));
-        config.runs = Some(match crate::slot::renew_run_folder(&runs, &config.data) {
-            Ok(()) => runs,
-            Err(e) => {
-                tracing::warn!(folder = %runs.display(), error = %e, "the sandboxes' run files go under the data folder");
-                crate::slot::slots_folder(&config.data)
-            }
-        });
+        let named = config.runs.take();
+        let sweep = named.is_none();
+        let runs = named.unwrap_or_else(|| crate::slot::default_run_folder(&config.data));
+        config.runs = Some(
+            match crate::slot::renew_run_folder(&runs, &config.data, sweep) {
+                Ok(()) => runs,
+                Err(e) => {
+                    tracing::warn!(folder = %runs.display(), error = %e, "the sandboxes' run files go under the data folder");
+                    crate::slot::slots_folder(&config.data)
+                }
+            },
+        );
         let swept = tokio::task::spawn_blocking(toolgate_sandbox::spawn::sweep_orphaned_cgroups)
             .await
             .unwrap_or(0);
