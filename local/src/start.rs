@@ -133,28 +133,38 @@ impl Runtime {
         loop {
             tokio::time::sleep(self.inner.config.reload_interval).await;
             let dir = self.inner.config.manifests.clone();
+            // A changed folder is put in force first: listing the servers that are due starts
+            // each in its sandbox and may take seconds, and a reviewer's change must not wait
+            // for it.
             let now = crate::manifests::fingerprint(&dir, &self.loaded().hidden);
-            // A server whose tools changed is a change of the manifests too.
-            let rediscovered = self.discover(false).await;
-            if now == last && !rediscovered {
-                continue;
+            if now != last {
+                last = now;
+                self.reload(&dir).await;
             }
-            last = now;
-            let discovered = crate::runtime::lock(&self.inner.discovered).clone();
-            match load_folder(&self.inner.linter, &dir, Timestamp::now(), &discovered) {
-                Err(errors) => {
-                    tracing::error!(
-                        errors = errors.len(),
-                        "the changed manifests do not lint; keeping the previous ones:\n{}",
-                        errors.join("\n")
-                    );
-                }
-                Ok(loaded) => {
-                    tracing::info!(dir = %dir.display(), "manifests reloaded");
-                    let loaded = self.swap_loaded(loaded);
-                    if let Err(e) = self.review_waiting(&loaded).await {
-                        tracing::error!(error = %e, "re-checking pending calls after a reload");
-                    }
+            // A server whose tools changed is a change of the manifests too.
+            if self.discover(false).await {
+                self.reload(&dir).await;
+            }
+        }
+    }
+
+    /// Load the manifest folder again with the tools discovered so far; a folder that does not
+    /// lint keeps the previous manifests in force.
+    async fn reload(&self, dir: &std::path::Path) {
+        let discovered = crate::runtime::lock(&self.inner.discovered).clone();
+        match load_folder(&self.inner.linter, dir, Timestamp::now(), &discovered) {
+            Err(errors) => {
+                tracing::error!(
+                    errors = errors.len(),
+                    "the changed manifests do not lint; keeping the previous ones:\n{}",
+                    errors.join("\n")
+                );
+            }
+            Ok(loaded) => {
+                tracing::info!(dir = %dir.display(), "manifests reloaded");
+                let loaded = self.swap_loaded(loaded);
+                if let Err(e) = self.review_waiting(&loaded).await {
+                    tracing::error!(error = %e, "re-checking pending calls after a reload");
                 }
             }
         }

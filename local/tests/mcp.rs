@@ -160,6 +160,22 @@ async fn view_names(
     .collect()
 }
 
+/// Whether `name` is in the agent's view within a minute: a reviewer's change is put in force at
+/// the next reload, but on a loaded machine the sandboxed servers it lists meanwhile take seconds.
+async fn shows_up(
+    c: &mut pb::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    name: &str,
+) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if view_names(c).await.iter().any(|n| n == name) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_mcp_servers_tools_are_discovered_reviewed_and_called_through_the_chain() {
     let Some(venv) = servers() else { return };
@@ -514,18 +530,7 @@ async fn an_mcp_server_object_is_discovered_in_its_sandbox_and_a_rug_pull_ends_w
         ),
     )
     .expect("enabled");
-    let mut enabled = false;
-    for _ in 0..100 {
-        if view_names(&mut c)
-            .await
-            .iter()
-            .any(|n| n == "notes.erase-note")
-        {
-            enabled = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let enabled = shows_up(&mut c, "notes.erase-note").await;
     assert!(
         enabled,
         "the reviewed digest enables the tool (normalize and discovery agree)"
@@ -864,15 +869,7 @@ async fn server_everything_over_streamable_http_is_discovered_reviewed_and_calle
         everything_manifests(&everything.url, &enabled),
     )
     .expect("enabled");
-    let mut visible = false;
-    for _ in 0..100 {
-        let names = view_names(&mut c).await;
-        if names.iter().any(|n| n == "everything.echo") {
-            visible = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let visible = shows_up(&mut c, "everything.echo").await;
     assert!(visible, "the reviewed digests enable the tools");
 
     let call = submit(
@@ -1072,14 +1069,7 @@ spec:
     .expect("enabled");
     for (name, _, _, tool, args, holds) in &cases {
         let descriptor = format!("{name}.{}", tool.replace('_', "-"));
-        let mut visible = false;
-        for _ in 0..150 {
-            if view_names(&mut c).await.contains(&descriptor) {
-                visible = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        let visible = shows_up(&mut c, &descriptor).await;
         assert!(visible, "{descriptor}: the reviewed digest enables it");
         let call = submit(&mut c, &descriptor, args.clone(), "read").await;
         let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
@@ -1186,14 +1176,7 @@ spec:
         digest_of(&yaml, "vault.whoami")
     );
     std::fs::write(m.join("vault.yaml"), manifests(&enabled)).expect("enabled");
-    let mut visible = false;
-    for _ in 0..100 {
-        if view_names(&mut c).await.iter().any(|n| n == "vault.whoami") {
-            visible = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let visible = shows_up(&mut c, "vault.whoami").await;
     assert!(
         visible,
         "discovered with the bearer and enabled; log:\n{}",
