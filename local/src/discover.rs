@@ -98,6 +98,7 @@ async fn list_tools_http(
 /// List a server's tools: a stdio server sandboxed by `policy`, an HTTP one under its egress.
 pub(crate) async fn list_tools(
     config: &Config,
+    spares: &std::sync::Arc<crate::slot::Spares>,
     label: &str,
     namespace: &str,
     spec: &McpServerSpec,
@@ -127,6 +128,7 @@ pub(crate) async fn list_tools(
     // one: the policy's environment, seccomp and Landlock apply to the server from its start.
     let mut slot = crate::slot::Slot::start(
         config,
+        spares,
         &plan,
         crate::slot::ArtifactsAt::Own,
         &format!("discovery-{label}"),
@@ -183,6 +185,7 @@ impl Runtime {
                 Ok(binding) => {
                     list_tools(
                         &self.inner.config,
+                        self.inner.pool.spares(),
                         &format!("mcp-{ns}-{name}"),
                         &ns,
                         &spec,

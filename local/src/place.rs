@@ -59,6 +59,7 @@ pub(crate) fn place(
     rec: &CallRecord,
     target: &RunTarget<'_>,
     config: &Config,
+    spares: &std::sync::Arc<crate::slot::Spares>,
     hidden: &[PathBuf],
     slot: Option<Slot>,
     issued: Option<Issue>,
@@ -86,6 +87,7 @@ pub(crate) fn place(
         // The manifests changed since the slot was asked for (or none could be made then).
         _ => Slot::start(
             config,
+            spares,
             &plan,
             ArtifactsAt::Store(store_of(config)),
             "call",
@@ -97,6 +99,7 @@ pub(crate) fn place(
     let spec = executor_spec(rec, target, &plan, confinement, &store_of(config));
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
     std::fs::write(slot.spec_path(), json).map_err(|e| io("writing the call spec", &e))?;
+    slot.make_namespace_folder(&rec.namespace);
     let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued)?;
     Ok(Placed {
         slot,

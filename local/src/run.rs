@@ -259,6 +259,7 @@ fn start(
         rec,
         &run.target,
         &rt.inner.config,
+        rt.inner.pool.spares(),
         &loaded.hidden,
         slot,
         issued,

@@ -111,7 +111,10 @@ impl Runtime {
         let metrics = toolgate_api::metrics::CallMetrics::default();
         let mut registry = prometheus_client::registry::Registry::with_prefix("toolgate");
         metrics.register(&mut registry);
-        let pool = crate::slot::Pool::new(config.warm_sandboxes);
+        let pool = crate::slot::Pool::new(
+            config.warm_sandboxes,
+            &crate::slot::staging_folder(&config.data),
+        );
         Runtime {
             inner: Arc::new(Inner {
                 pool,

@@ -33,6 +33,8 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Plans with waiting slots, at most: the least recently used plan's slots go first.
 const PLANS_KEPT: usize = 16;
+/// Empty folders kept for reuse, at most (see [`Spares`]).
+const SPARES_KEPT: usize = 64;
 
 /// How a slot's sandbox is prepared: for a call waiting for it, or ahead of demand.
 pub(crate) type Prepare =
@@ -71,6 +73,8 @@ pub(crate) struct Slot {
     said: Option<pipe::Receiver>,
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
     made: Instant,
+    /// Where its staging folders go back to when it is dropped.
+    spares: std::sync::Arc<Spares>,
 }
 
 impl Slot {
@@ -79,6 +83,7 @@ impl Slot {
     /// a call waiting for it, [`toolgate_sandbox::prepare_ahead`] ahead of demand.
     pub(crate) fn start(
         config: &Config,
+        spares: &std::sync::Arc<Spares>,
         base: &SandboxPlan,
         artifacts: ArtifactsAt,
         label: &str,
@@ -99,13 +104,16 @@ impl Slot {
         let staging = staging_folder(&config.data).join(&name);
         let mut folder = SlotFolder(vec![dir.clone(), staging.clone()]);
         let io = |what: &str, e: std::io::Error| format!("{what} of its sandbox: {e}");
-        for d in [dir.join("credentials"), dir.join("out"), staging.clone()] {
+        for d in [dir.join("credentials"), dir.join("out")] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&d)
                 .map_err(|e| io("the folders", e))?;
         }
+        spares
+            .make(&staging)
+            .map_err(|e| io("the artifacts' folder", e))?;
         // There from the start, so the executor's argument names a file; the call's spec is
         // written into it in place.
         std::fs::write(dir.join("spec.json"), b"").map_err(|e| io("the spec file", e))?;
@@ -149,7 +157,18 @@ impl Slot {
             said: Some(said),
             stderr: Some(tokio::spawn(read_stderr(stderr))),
             made: Instant::now(),
+            spares: spares.clone(),
         })
+    }
+
+    /// Make the folder of `namespace` the executor writes the call's artifacts into, before its
+    /// go: from a spare when there is one. Best effort: the executor makes it when missing.
+    pub(crate) fn make_namespace_folder(&self, namespace: &str) {
+        if matches!(self.artifacts, ArtifactsAt::Store(_))
+            && toolgate_core::names::is_dns_label(namespace)
+        {
+            let _ = self.spares.make(&self.staging.join(namespace));
+        }
     }
 
     /// The plan it was made for, without its own files.
@@ -316,7 +335,79 @@ impl Drop for Slot {
         }
         self.sandboxed.cleanup();
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.staging);
+        // Its call's artifacts have moved into the store: what is left are the empty folders
+        // they were in, kept for the next slots (anything else is removed).
+        if matches!(self.artifacts, ArtifactsAt::Store(_))
+            && let Ok(inside) = std::fs::read_dir(&self.staging)
+        {
+            for entry in inside.flatten() {
+                self.spares.keep(&entry.path());
+            }
+        }
+        self.spares.keep(&self.staging);
+    }
+}
+
+/// Empty folders on the artifact store's filesystem, kept for the next slots instead of removed
+/// and made again. On ext4 without a journal (how this project's machines make `/tmp`), each new
+/// inode is checked against every inode freed in about the last half minute; a slot's staging
+/// folder and the namespace folder in it, made and removed for every call, made that check a
+/// tenth of all CPU under load. A call now frees no inode there. Spares are renamed, never
+/// shared: a folder is kept only when empty, and taken by one slot.
+pub(crate) struct Spares {
+    /// Where they wait: under the staging folder, so a restart removes them with it.
+    dir: PathBuf,
+    free: Mutex<Vec<PathBuf>>,
+    next: AtomicU64,
+}
+
+impl Spares {
+    /// Spares kept under `staging` (the runtime's [`staging_folder`]).
+    pub(crate) fn new(staging: &Path) -> Spares {
+        Spares {
+            dir: staging.join(".spare"),
+            free: Mutex::new(Vec::new()),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// Make `to` an empty folder only its owner may enter: a spare renamed there, else a new one.
+    fn make(&self, to: &Path) -> std::io::Result<()> {
+        while let Some(spare) = lock(&self.free).pop() {
+            if std::fs::rename(&spare, to).is_ok() {
+                return Ok(());
+            }
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(to)
+    }
+
+    /// Keep `folder` for a later [`Spares::make`] when it is an empty folder and fewer than
+    /// [`SPARES_KEPT`] wait; otherwise remove it and what it holds.
+    fn keep(&self, folder: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let empty = std::fs::symlink_metadata(folder).is_ok_and(|m| m.is_dir())
+            && std::fs::read_dir(folder).is_ok_and(|mut d| d.next().is_none());
+        if empty && lock(&self.free).len() < SPARES_KEPT {
+            let to = self
+                .dir
+                .join(self.next.fetch_add(1, Ordering::Relaxed).to_string());
+            let kept = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.dir)
+                .and_then(|()| {
+                    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))
+                })
+                .and_then(|()| std::fs::rename(folder, &to));
+            if kept.is_ok() {
+                lock(&self.free).push(to);
+                return;
+            }
+        }
+        let _ = std::fs::remove_dir_all(folder);
     }
 }
 
@@ -464,6 +555,8 @@ async fn read_stderr(mut stderr: pipe::Receiver) -> Vec<u8> {
 pub(crate) struct Pool {
     /// Slots kept waiting per plan; 0 makes every slot on demand.
     warm: usize,
+    /// Empty folders for the slots' artifacts.
+    spares: std::sync::Arc<Spares>,
     /// Least recently used plan first.
     plans: Mutex<Vec<Plan>>,
     /// The thread slots are started ahead of demand from, for as long as the pool lives: a
@@ -485,13 +578,19 @@ struct Plan {
 }
 
 impl Pool {
-    /// A pool keeping `warm` slots waiting per plan.
-    pub(crate) fn new(warm: usize) -> Pool {
+    /// A pool keeping `warm` slots waiting per plan, their artifacts staged under `staging`.
+    pub(crate) fn new(warm: usize, staging: &Path) -> Pool {
         Pool {
             warm,
+            spares: std::sync::Arc::new(Spares::new(staging)),
             plans: Mutex::new(Vec::new()),
             starter: Mutex::new(None),
         }
+    }
+
+    /// The empty folders every slot of this runtime takes its artifacts' folders from.
+    pub(crate) fn spares(&self) -> &std::sync::Arc<Spares> {
+        &self.spares
     }
 
     fn key(plan: &SandboxPlan) -> String {
@@ -519,6 +618,7 @@ impl Pool {
             Some(slot) => Ok(slot),
             None => Slot::start(
                 config,
+                &self.spares,
                 base,
                 ArtifactsAt::Store(store_of(config)),
                 "call",
@@ -601,6 +701,7 @@ impl Pool {
             }
             let started = Slot::start(
                 config,
+                &self.spares,
                 base,
                 ArtifactsAt::Store(store_of(config)),
                 "warm",

@@ -479,3 +479,74 @@ async fn run_files_whose_data_folder_is_gone_are_removed_by_the_next_runtime() {
     assert!(!gone_runs.exists(), "left: {}", gone_runs.display());
     assert!(kept_runs.is_dir(), "removed: {}", kept_runs.display());
 }
+
+/// The inode numbers of the folders under `dir` (none when it is missing).
+fn folder_inodes(dir: &Path) -> BTreeSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_dir())
+                .map(|m| m.ino())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A call frees no folder on the data filesystem: a used slot's artifacts' folder and the
+/// namespace folder in it are kept empty and renamed into the next slots, each used by one slot
+/// at a time; the call's artifacts are in the store; a waiting slot's folder is empty.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_used_slots_empty_folders_are_kept_for_the_next_and_hold_nothing_of_its_call() {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, _server, mut c) = after_one_look().await;
+    let data = dir.path().join("data");
+    let staging = data.join("staging");
+    let spares = staging.join(".spare");
+    let slots = data.join("slots").display().to_string();
+    let mut seen = BTreeSet::new();
+    for _ in 0..4 {
+        let waiting = two_waiting(&data).await;
+        seen.extend(folder_inodes(&staging));
+        seen.extend(folder_inodes(&spares));
+        let (done, sandbox) = run(&mut c, "w.leave").await;
+        assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+        let slot = slot_in(&sandbox, &slots).expect("the call's sandbox names its slot");
+        assert!(waiting.contains(&slot), "{slot} was not one that waited");
+        let stdout = data.join("artifacts/team-a").join(&done.id).join("stdout");
+        assert_eq!(
+            std::fs::read_to_string(&stdout).expect("its stdout in the store"),
+            "left\n"
+        );
+        let (_, used) = host_folders(&data, &slot);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while used.exists() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!used.exists(), "{} is given back", used.display());
+    }
+    // The slots waiting now were made from folders that were there before: no folder made.
+    let waiting = two_waiting(&data).await;
+    for slot in &waiting {
+        let (_, folder) = host_folders(&data, slot);
+        let inode = std::fs::metadata(&folder).expect("its folder").ino();
+        assert!(
+            seen.contains(&inode),
+            "{} (inode {inode}) is a kept folder, one of {seen:?}",
+            folder.display()
+        );
+        let entries: Vec<_> = std::fs::read_dir(&folder).expect("folder").collect();
+        assert!(entries.is_empty(), "{}: {entries:?}", folder.display());
+    }
+    for spare in std::fs::read_dir(&spares).expect("spares").flatten() {
+        let entries: Vec<_> = std::fs::read_dir(spare.path()).expect("spare").collect();
+        assert!(
+            entries.is_empty(),
+            "{}: {entries:?}",
+            spare.path().display()
+        );
+        let mode = spare.metadata().expect("spare").mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", spare.path().display());
+    }
+}
