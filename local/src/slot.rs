@@ -300,32 +300,36 @@ impl Slot {
         if !matches!(self.artifacts, ArtifactsAt::Store(_)) {
             return Ok(());
         }
-        let from = self.staging.join(relative);
-        if !from.is_dir() {
-            return Ok(());
-        }
-        let made = |dir: &Path| {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-        };
-        // The call's folder moved whole: no folder made and none removed for it.
-        if let Some(parent) = store.parent() {
-            made(parent)?;
-        }
-        if std::fs::rename(&from, store).is_ok() {
-            use std::os::unix::fs::PermissionsExt;
-            return std::fs::set_permissions(store, std::fs::Permissions::from_mode(0o700));
-        }
-        // Its folder in the store has artifacts already (a run before a restart): one by one.
-        made(store)?;
-        for entry in std::fs::read_dir(&from)? {
-            let entry = entry?;
-            std::fs::rename(entry.path(), store.join(entry.file_name()))?;
-        }
-        Ok(())
+        move_call_folder(&self.staging.join(relative), store)
     }
+}
+
+/// Move a call's artifact folder `from` (staged) to `to` in the store: renamed whole (no folder
+/// made or removed for it), or file by file when `to` has artifacts already (a run before a
+/// restart; a file of the same name is replaced). Nothing staged is nothing to move.
+fn move_call_folder(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if !from.is_dir() {
+        return Ok(());
+    }
+    let made = |dir: &Path| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    };
+    if let Some(parent) = to.parent() {
+        made(parent)?;
+    }
+    if std::fs::rename(from, to).is_ok() {
+        return std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700));
+    }
+    made(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        std::fs::rename(entry.path(), to.join(entry.file_name()))?;
+    }
+    Ok(())
 }
 
 impl Drop for Slot {
@@ -729,4 +733,108 @@ impl Pool {
 /// Where the executor writes a call's artifacts, inside: the runtime's artifact store.
 pub(crate) fn store_of(config: &Config) -> PathBuf {
     config.data.join("artifacts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_call_folder_moves_whole_or_file_by_file_beside_what_a_run_before_left() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let staged = dir.path().join("staging/slot/team-a/call-1");
+        std::fs::create_dir_all(&staged).expect("staged");
+        std::fs::write(staged.join("stdout"), "new\n").expect("stdout");
+        let store = dir.path().join("artifacts/team-a/call-1");
+
+        move_call_folder(&staged, &store).expect("moved whole");
+        assert!(!staged.exists());
+        assert_eq!(
+            std::fs::read_to_string(store.join("stdout")).expect("kept"),
+            "new\n"
+        );
+        let mode = std::fs::metadata(&store)
+            .expect("store")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o700);
+
+        // A second run of the same call after a restart: its files join the first run's.
+        std::fs::create_dir_all(&staged).expect("staged again");
+        std::fs::write(staged.join("stdout"), "again\n").expect("stdout");
+        std::fs::write(staged.join("stderr"), "err\n").expect("stderr");
+        std::fs::write(store.join("earlier"), "kept\n").expect("earlier");
+        move_call_folder(&staged, &store).expect("moved file by file");
+        assert_eq!(
+            std::fs::read_to_string(store.join("stdout")).expect("stdout"),
+            "again\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(store.join("stderr")).expect("stderr"),
+            "err\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(store.join("earlier")).expect("earlier"),
+            "kept\n"
+        );
+        assert!(std::fs::read_dir(&staged).expect("staged").next().is_none());
+
+        // Nothing staged (a dry run that wrote nothing): nothing made.
+        let none = dir.path().join("artifacts/team-a/call-2");
+        move_call_folder(&dir.path().join("staging/slot/team-a/call-2"), &none).expect("nothing");
+        assert!(!none.exists());
+    }
+
+    #[test]
+    fn spares_keep_only_empty_folders_and_give_each_to_one_taker() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let staging = dir.path().join("staging");
+        let spares = Spares::new(&staging);
+        let used = staging.join("slot-1");
+        std::fs::create_dir_all(used.join("team-a")).expect("folders");
+        std::fs::set_permissions(&used, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        let full = staging.join("slot-2");
+        std::fs::create_dir_all(&full).expect("full");
+        std::fs::write(full.join("left"), "x").expect("left");
+
+        spares.keep(&used.join("team-a"));
+        spares.keep(&used);
+        spares.keep(&full);
+        assert!(!used.exists() && !full.exists(), "given back or removed");
+        let kept: Vec<_> = std::fs::read_dir(staging.join(".spare"))
+            .expect("spares")
+            .flatten()
+            .collect();
+        assert_eq!(kept.len(), 2, "only the empty ones: {kept:?}");
+        for k in &kept {
+            let mode = k.metadata().expect("spare").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", k.path().display());
+        }
+        let inodes: BTreeSet<u64> = kept
+            .iter()
+            .map(|k| k.metadata().expect("m").ino())
+            .collect();
+
+        let a = staging.join("slot-3");
+        let b = staging.join("slot-4");
+        let c = staging.join("slot-5");
+        for to in [&a, &b, &c] {
+            spares.make(to).expect("made");
+        }
+        let taken: BTreeSet<u64> = [&a, &b]
+            .iter()
+            .map(|p| std::fs::metadata(p).expect("m").ino())
+            .collect();
+        assert_eq!(taken, inodes, "the two spares, one each");
+        assert!(c.is_dir(), "a new folder once none is spare");
+        assert!(
+            std::fs::read_dir(staging.join(".spare"))
+                .expect("spares")
+                .next()
+                .is_none()
+        );
+    }
 }
