@@ -31,7 +31,15 @@ impl Runtime {
         for w in &loaded.warnings {
             tracing::warn!(warning = %w, "manifest warning");
         }
-        let store = Store::open(&config.data)?;
+        // Opening checks every page of the store and may wait for the lock of a runtime killed
+        // a moment ago: blocking work, kept off the async workers.
+        let data = config.data.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&data))
+            .await
+            .map_err(|e| crate::store::StoreError::Db {
+                path: config.data.join("toolgate.redb").display().to_string(),
+                message: format!("opening it stopped: {e}"),
+            })??;
         // The sandboxes a previous process started died with it (their parent-death signal);
         // their folders are left. The store's lock says no other runtime uses them. One it was
         // starting as it died can linger; its cgroups say so and go, with what is in them.
