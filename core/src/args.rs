@@ -182,6 +182,16 @@ fn serialized_len(args: &Value) -> usize {
 
 /// Nesting depth without recursion, so hostile input cannot exhaust the stack.
 fn nesting_depth(v: &Value) -> usize {
+    fn flat<'v>(mut members: impl Iterator<Item = &'v Value>) -> bool {
+        !members.any(|m| m.is_object() || m.is_array())
+    }
+    // The common args, an object of plain values, without a stack.
+    match v {
+        Value::Object(o) if flat(o.values()) => return 1,
+        Value::Array(a) if flat(a.iter()) => return 1,
+        Value::Object(_) | Value::Array(_) => {}
+        _ => return 0,
+    }
     let mut max = 0;
     let mut stack = vec![(v, 1usize)];
     while let Some((v, d)) = stack.pop() {
@@ -272,6 +282,17 @@ mod tests {
             json!({"text": "x", "path": "src", "opts": {"depth": 3}})
         );
         assert_eq!(with_defaults(&schema, json!([1])), json!([1]));
+    }
+
+    #[test]
+    fn nesting_depth_counts_containers_flat_or_not() {
+        assert_eq!(nesting_depth(&json!("x")), 0);
+        assert_eq!(nesting_depth(&json!({})), 1);
+        assert_eq!(nesting_depth(&json!({"a": 1, "b": "x", "c": null})), 1);
+        assert_eq!(nesting_depth(&json!([1, 2])), 1);
+        assert_eq!(nesting_depth(&json!({"a": 1, "b": {}})), 2);
+        assert_eq!(nesting_depth(&json!({"a": [[1], {"b": [2]}]})), 4);
+        assert_eq!(nesting_depth(&json!([[[]]])), 3);
     }
 
     #[test]

@@ -177,6 +177,19 @@ mod tests {
     }
 
     #[test]
+    fn the_args_digest_hashes_every_byte() {
+        for n in [0, 1, 63, 64, 65, 255, 256, 257, 600, 2000] {
+            let v =
+                json!({"a": "x".repeat(n), "b": ["y".repeat(n / 3), n], "c": {"d": "z".repeat(n)}});
+            assert_eq!(
+                args_digest(&v).unwrap(),
+                sha256(&canonical_value(&v).unwrap()),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
     fn canonical_form_follows_rfc8785() {
         let v = json!({"b": 1.0, "a": "\u{20ac}", "c": 1e21});
         assert_eq!(
