@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use serde_json::{Value, json};
-use toolgate_core::args::ArgsLimits;
 use toolgate_core::decision::{CallUnderReview, decide, decide_in};
 use toolgate_core::digest::{args_digest, json_digest, sha256};
-use toolgate_core::manifest::{Meta, Object, ObjectSet, Origin, Spec};
+use toolgate_core::manifest::{Object, ObjectSet, Spec};
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::{GrantEntry, Registry};
 use toolgate_core::view::{ViewRequest, compile_view};
-use toolgate_crds::{ActionType, ToolCallSpec};
+use toolgate_crds::ActionType;
+
+mod fixtures;
+use fixtures::{GRANTS, NS, Scenario, TOOLS, decision_percentiles, object, objects, percentiles};
 
 /// Counts this thread's allocations, so the bench can print what a decision allocates (a
 /// thread-local cell: about a nanosecond per allocation, no atomic).
@@ -59,65 +61,6 @@ fn allocations_per_run(n: u64, mut f: impl FnMut()) -> f64 {
     (ALLOCATIONS.with(std::cell::Cell::get) - before) as f64 / n as f64
 }
 
-const TOOLS: usize = 10_000;
-const GRANTS: usize = 10_000;
-const NS: &str = "bench";
-
-fn object(kind_spec: Spec, name: String) -> Object {
-    Object {
-        origin: Origin {
-            source: "bench".into(),
-            document: 0,
-        },
-        meta: Meta {
-            name,
-            namespace: Some(NS.into()),
-            labels: BTreeMap::from([("tier".into(), "gen".into())]),
-            annotations: BTreeMap::new(),
-        },
-        spec: kind_spec,
-    }
-}
-
-fn descriptor(i: usize) -> Spec {
-    let action = ActionType::ALL[i % 4]; // read, search, inspect, compute: no approvals, no scopes beyond one
-    let spec = json!({
-        "canonicalName": format!("tool-{i}"),
-        "version": "1.0.0",
-        "source": {"type": "cli"},
-        "description": {"summary": format!("Generated tool {i} that reads record {} of the ledger", i % 97),
-                        "useWhen": [format!("looking up ledger entry {}", i % 89)], "doNotUseWhen": ["writing"]},
-        "intent": {"actionTypes": [action], "domains": [format!("d{}", i % 10)]},
-        "schemas": {"inputSchema": {"type": "object", "required": ["path"], "additionalProperties": false,
-                     "properties": {"path": {"type": "string", "maxLength": 256, "pattern": "^[a-z0-9/._-]+$"}}}},
-        "effects": {"reads": ["workspace:**"], "writes": [], "externalCalls": false, "sendsUserData": false,
-                    "mutatesState": false, "idempotent": true, "reversible": true, "dryRunSupported": false},
-        "risk": {"level": "low", "destructive": false, "openWorld": false},
-        "permissions": {"approvalPolicy": "never", "requiredScopes": ["ledger:read"]},
-        "sandboxPolicyRef": {"name": "sbx"},
-        "contextPolicy": {"exposeToModel": true, "exposeOutputToModel": "preview", "maxOutputPreviewTokens": 100},
-        "execution": {"adapter": "cli", "argv": ["cat", "--", "{{path}}"], "timeoutMs": 1000},
-        "provenance": {"trustLevel": "first_party"}
-    });
-    Spec::from_json("ToolDescriptor", &spec).expect("descriptor")
-}
-
-fn grant(i: usize) -> Spec {
-    let names: Vec<String> = (0..8)
-        .map(|k| format!("tool-{}", (i * 7 + k * 131) % TOOLS))
-        .collect();
-    let mut spec = json!({
-        "subjects": [{"kind": "ServiceAccount", "name": format!("agent-{}", i % (GRANTS / 2))}],
-        "tools": {"names": names},
-        "scopes": ["ledger:read"],
-    });
-    if i % 10 == 9 {
-        spec["tools"]["selector"] =
-            json!({"actionTypes": ["read"], "matchLabels": {"tier": "gen"}});
-    }
-    Spec::from_json("ToolGrant", &spec).expect("grant")
-}
-
 /// Cedar rules: 1,000 in ten ToolPolicies — one per tool for 995 tools (every tenth, and the
 /// benchmark call's), an argument condition each — and five that name no tool (evaluated for
 /// every call).
@@ -153,33 +96,6 @@ fn tool_policies(call_tool: &str) -> Vec<Object> {
         .collect()
 }
 
-fn objects() -> Vec<Object> {
-    let sandbox = json!({"mode": "read_only", "filesystem": {"readRoots": ["workspace"]}, "network": {"egress": "none"},
-        "process": {"timeoutMs": 1000, "maxMemoryMb": 64, "maxStdoutBytes": 1024, "maxStderrBytes": 1024}});
-    let mut objects = vec![object(
-        Spec::from_json("SandboxPolicy", &sandbox).expect("sandbox"),
-        "sbx".into(),
-    )];
-    objects.extend((0..TOOLS).map(|i| object(descriptor(i), format!("tool-{i}"))));
-    objects.extend((0..GRANTS).map(|i| object(grant(i), format!("grant-{i}"))));
-    objects
-}
-
-fn registry() -> Registry {
-    Registry::from_objects(&ObjectSet::new(objects()))
-}
-
-fn call_for(tool: &str, action: ActionType) -> ToolCallSpec {
-    serde_json::from_value(json!({
-        "toolRef": {"name": tool},
-        "principal": "system:serviceaccount:bench:agent-42",
-        "args": {"path": "ledger/2026/11.csv"},
-        "intent": {"userGoal": "reconcile the ledger", "currentTask": "read November", "actionType": action,
-                   "rationaleSummary": "the totals differ"}
-    }))
-    .expect("call")
-}
-
 fn args_64k() -> Value {
     let mut m = serde_json::Map::new();
     for i in 0..512 {
@@ -191,47 +107,25 @@ fn args_64k() -> Value {
     Value::Object(m)
 }
 
-/// p50 and p99 of `f` over `n` timed calls.
-fn percentiles(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..n / 10 {
-        f();
-    }
-    let mut t: Vec<Duration> = (0..n)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed()
-        })
-        .collect();
-    t.sort_unstable();
-    (t[n / 2], t[n * 99 / 100])
-}
-
 fn main() {
     let setup = Instant::now();
-    let r = registry();
+    let scenario = Scenario::new();
     println!(
         "setup: registered {TOOLS} descriptors and indexed {GRANTS} grants in {:.2?}",
         setup.elapsed()
     );
-    let principal = Principal::new("system:serviceaccount:bench:agent-42");
-    let grants = r.grants_for(NS, &principal);
-    let tool_name = grants[0].spec.tools.names[0].clone();
+    let (r, principal, call, now, limits) = (
+        &scenario.registry,
+        &scenario.principal,
+        &scenario.call,
+        scenario.now,
+        &scenario.limits,
+    );
+    let review = scenario.review();
+    let tool_name = call.tool_ref.name.clone();
     let tool = r.tool(NS, &tool_name).expect("tool");
-    let call = call_for(&tool_name, tool.spec.intent.action_types[0]);
-    let review = CallUnderReview {
-        namespace: NS,
-        name: "c",
-        spec: &call,
-        principal: &principal,
-        dry_runs: &[],
-        tool_policies: None,
-        delegation: None,
-    };
-    let now: jiff::Timestamp = "2026-11-30T00:00:00Z".parse().expect("now");
-    let limits = ArgsLimits::default();
     assert_eq!(
-        decide_in(&r, &review, &[], now, &limits).outcome,
+        decide_in(r, &review, &[], now, limits).outcome,
         toolgate_crds::DecisionOutcome::Allow
     );
     let all_grants: Vec<&GrantEntry> = r.grants().collect();
@@ -239,7 +133,7 @@ fn main() {
     let usage = Default::default();
     let view_req = ViewRequest {
         namespace: NS,
-        principal: &principal,
+        principal,
         intent: "look up ledger entry 42 for the reconciliation",
         action_type: Some(ActionType::Read),
         domains: &[],
@@ -272,7 +166,7 @@ fn main() {
         setup.elapsed()
     );
     assert_eq!(
-        decide_in(&rc, &review, &[], now, &limits).outcome,
+        decide_in(&rc, &review, &[], now, limits).outcome,
         toolgate_crds::DecisionOutcome::Allow
     );
     let mut secret = call.clone();
@@ -282,7 +176,7 @@ fn main() {
         ..review
     };
     assert_eq!(
-        decide_in(&rc, &secret_review, &[], now, &limits).outcome,
+        decide_in(&rc, &secret_review, &[], now, limits).outcome,
         toolgate_crds::DecisionOutcome::Deny
     );
     let (whole_set, cedar_request, cedar_entities) = plain_cedar(&tool_name);
@@ -293,7 +187,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     c.bench_function("decision/indexed (10k tools, 10k grants)", |b| {
-        b.iter(|| decide_in(black_box(&r), &review, &[], now, &limits))
+        b.iter(|| decide_in(black_box(r), &review, &[], now, limits))
     });
     c.bench_function("decision/plain linear scan of all grants", |b| {
         b.iter(|| {
@@ -303,21 +197,21 @@ fn main() {
                 &all_grants,
                 &[],
                 now,
-                &limits,
+                limits,
             )
         })
     });
     c.bench_function("decision/with 1,000 Cedar policies, indexed", |b| {
-        b.iter(|| decide_in(black_box(&rc), &review, &[], now, &limits))
+        b.iter(|| decide_in(black_box(&rc), &review, &[], now, limits))
     });
     c.bench_function("cedar/plain: one set of all 1,000 policies per call", |b| {
         b.iter(|| authorizer.is_authorized(black_box(&cedar_request), &whole_set, &cedar_entities))
     });
     c.bench_function("view/by action type, named grants (10k)", |b| {
-        b.iter(|| compile_view(black_box(&r), &view_req))
+        b.iter(|| compile_view(black_box(r), &view_req))
     });
     c.bench_function("view/by action type, selector grant (10k)", |b| {
-        b.iter(|| compile_view(black_box(&r), &selector_req))
+        b.iter(|| compile_view(black_box(r), &selector_req))
     });
     c.bench_function("digest/canonical sha256 of 64 KiB args", |b| {
         b.iter(|| args_digest(black_box(&args)))
@@ -332,30 +226,23 @@ fn main() {
 
     println!("\np50 / p99 over timed loops:");
     let rows: Vec<(&str, (Duration, Duration))> = vec![
-        (
-            // 200,000 decisions (a fifth of a second): a p99 of a few milliseconds' loop is
-            // one stall of this virtual machine, not the decision.
-            "decision indexed",
-            percentiles(200_000, || {
-                black_box(decide_in(&r, &review, &[], now, &limits));
-            }),
-        ),
+        ("decision indexed", decision_percentiles(&scenario)),
         (
             "decision linear scan",
             percentiles(2_000, || {
-                black_box(decide(&review, Some(tool), &all_grants, &[], now, &limits));
+                black_box(decide(&review, Some(tool), &all_grants, &[], now, limits));
             }),
         ),
         (
             "decision + 1,000 Cedar",
             percentiles(20_000, || {
-                black_box(decide_in(&rc, &review, &[], now, &limits));
+                black_box(decide_in(&rc, &review, &[], now, limits));
             }),
         ),
         (
             "decision + Cedar, forbidden",
             percentiles(20_000, || {
-                black_box(decide_in(&rc, &secret_review, &[], now, &limits));
+                black_box(decide_in(&rc, &secret_review, &[], now, limits));
             }),
         ),
         (
@@ -367,13 +254,13 @@ fn main() {
         (
             "view named grants",
             percentiles(5_000, || {
-                black_box(compile_view(&r, &view_req));
+                black_box(compile_view(r, &view_req));
             }),
         ),
         (
             "view selector grant",
             percentiles(500, || {
-                black_box(compile_view(&r, &selector_req));
+                black_box(compile_view(r, &selector_req));
             }),
         ),
         (
@@ -403,13 +290,13 @@ fn main() {
         (
             "decision indexed",
             allocations_per_run(1_000, || {
-                black_box(decide_in(&r, &review, &[], now, &limits));
+                black_box(decide_in(r, &review, &[], now, limits));
             }),
         ),
         (
             "view named grants",
             allocations_per_run(100, || {
-                black_box(compile_view(&r, &view_req));
+                black_box(compile_view(r, &view_req));
             }),
         ),
         (
