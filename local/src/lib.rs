@@ -22,5 +22,5 @@ mod start;
 pub mod store;
 
 pub use runtime::{Config, Runtime, StartError};
-pub use slot::default_run_folder;
+pub use slot::{default_run_folder, run_folder_in};
 pub use toolgate_broker as broker;

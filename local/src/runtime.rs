@@ -45,9 +45,11 @@ pub struct Config {
     /// Sandboxes kept started ahead of demand per sandbox plan (each runs one call, then is
     /// destroyed); 0 starts every sandbox when its call needs it.
     pub warm_sandboxes: usize,
-    /// The host folder of the sandboxes' run files (each call's spec, credential and result while
-    /// its sandbox lives), emptied when the runtime starts. `None`:
-    /// [`crate::slot::default_run_folder`] of the data folder, on a memory filesystem.
+    /// The host folder under which the sandboxes' run files go (each call's spec, credential
+    /// and result while its sandbox lives): in a folder of this runtime's own,
+    /// [`crate::slot::run_folder_in`], emptied when the runtime starts; nothing else in it is
+    /// touched. `None`: [`crate::slot::default_run_folder`] of the data folder, on a memory
+    /// filesystem.
     pub runs: Option<PathBuf>,
 }
 

@@ -474,10 +474,21 @@ fn run_folder(config: &Config) -> PathBuf {
 /// sees them at `<data>/slots/<slot>` either way, never under its own `/dev/shm`, which tools
 /// may write.
 pub fn default_run_folder(data: &Path) -> PathBuf {
+    memory_folder().map_or_else(
+        || slots_folder(&std::fs::canonicalize(data).unwrap_or_else(|_| data.to_path_buf())),
+        |m| run_folder_in(&m, data),
+    )
+}
+
+/// The run folder under `parent` of the runtime on `data`: a folder named for the data folder
+/// (a digest of its path), which the runtime empties when it starts — never `parent` itself nor
+/// anything else in it, so runtimes on different data folders share a parent.
+pub fn run_folder_in(parent: &Path, data: &Path) -> PathBuf {
     use sha2::Digest;
     let data = std::fs::canonicalize(data).unwrap_or_else(|_| data.to_path_buf());
-    let id = hex::encode(&sha2::Sha256::digest(data.as_os_str().as_encoded_bytes())[..8]);
-    memory_folder().map_or_else(|| slots_folder(&data), |m| m.join(id))
+    parent.join(hex::encode(
+        &sha2::Sha256::digest(data.as_os_str().as_encoded_bytes())[..8],
+    ))
 }
 
 /// In a run folder on a memory filesystem: a link to the data folder of the runtime it is for.

@@ -51,7 +51,10 @@ impl Runtime {
         }
         let named = config.runs.take();
         let sweep = named.is_none();
-        let runs = named.unwrap_or_else(|| crate::slot::default_run_folder(&config.data));
+        let runs = match named {
+            Some(parent) => crate::slot::run_folder_in(&parent, &config.data),
+            None => crate::slot::default_run_folder(&config.data),
+        };
         config.runs = Some(
             match crate::slot::renew_run_folder(&runs, &config.data, sweep) {
                 Ok(()) => runs,

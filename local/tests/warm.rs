@@ -550,3 +550,40 @@ async fn a_used_slots_empty_folders_are_kept_for_the_next_and_hold_nothing_of_it
         assert_eq!(mode, 0o700, "{}", spare.path().display());
     }
 }
+
+/// A run folder the runtime's configuration names is a parent: the runtime empties only a
+/// folder of its own in it (named for its data folder), never what else is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_run_folder_keeps_what_else_is_in_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let parent = dir.path().join("runs");
+    std::fs::create_dir_all(parent.join("someone-elses")).expect("folder");
+    std::fs::write(parent.join("precious"), "keep me").expect("file");
+    let data = dir.path().join("data");
+    let own = toolgate_local::run_folder_in(&parent, &data);
+    // What a runtime on the same data folder that died left.
+    std::fs::create_dir_all(own.join("slot-1")).expect("left");
+    toolgate_local::Runtime::start(toolgate_local::Config {
+        manifests: Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples"),
+        data: data.clone(),
+        workspace: dir.path().to_path_buf(),
+        executor: vec!["/nonexistent/toolgate-executor".into()],
+        broker: std::sync::Arc::new(toolgate_local::broker::NoBroker),
+        reload_interval: Duration::from_secs(3600),
+        warm_sandboxes: 0,
+        tracer: Default::default(),
+        runs: Some(parent.clone()),
+    })
+    .await
+    .expect("starts");
+    assert!(own.is_dir(), "{}", own.display());
+    assert!(
+        !own.join("slot-1").exists(),
+        "the runtime's own folder is renewed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(parent.join("precious")).expect("kept"),
+        "keep me"
+    );
+    assert!(parent.join("someone-elses").is_dir());
+}
