@@ -361,8 +361,16 @@ impl Drop for Slot {
 pub(crate) struct Spares {
     /// Where they wait: under the staging folder, so a restart removes them with it.
     dir: PathBuf,
-    free: Mutex<Vec<PathBuf>>,
+    free: Mutex<Free>,
     next: AtomicU64,
+}
+
+/// The spares that wait, and how many are being renamed in: counted together, so at most
+/// [`SPARES_KEPT`] are ever kept however many slots end at once.
+#[derive(Default)]
+struct Free {
+    waiting: Vec<PathBuf>,
+    coming: usize,
 }
 
 impl Spares {
@@ -370,7 +378,7 @@ impl Spares {
     pub(crate) fn new(staging: &Path) -> Spares {
         Spares {
             dir: staging.join(".spare"),
-            free: Mutex::new(Vec::new()),
+            free: Mutex::new(Free::default()),
             next: AtomicU64::new(0),
         }
     }
@@ -379,7 +387,7 @@ impl Spares {
     fn make(&self, to: &Path) -> std::io::Result<()> {
         loop {
             // Taken out under the lock, renamed outside it.
-            let spare = lock(&self.free).pop();
+            let spare = lock(&self.free).waiting.pop();
             let Some(spare) = spare else { break };
             if std::fs::rename(&spare, to).is_ok() {
                 return Ok(());
@@ -397,7 +405,13 @@ impl Spares {
         use std::os::unix::fs::PermissionsExt;
         let empty = std::fs::symlink_metadata(folder).is_ok_and(|m| m.is_dir())
             && std::fs::read_dir(folder).is_ok_and(|mut d| d.next().is_none());
-        if empty && lock(&self.free).len() < SPARES_KEPT {
+        let room = empty && {
+            let mut free = lock(&self.free);
+            let room = free.waiting.len() + free.coming < SPARES_KEPT;
+            free.coming += usize::from(room);
+            room
+        };
+        if room {
             let to = self
                 .dir
                 .join(self.next.fetch_add(1, Ordering::Relaxed).to_string());
@@ -409,8 +423,10 @@ impl Spares {
                     std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))
                 })
                 .and_then(|()| std::fs::rename(folder, &to));
+            let mut free = lock(&self.free);
+            free.coming -= 1;
             if kept.is_ok() {
-                lock(&self.free).push(to);
+                free.waiting.push(to);
                 return;
             }
         }
@@ -850,5 +866,31 @@ mod tests {
                 .next()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn at_most_the_cap_of_spares_is_kept_when_many_slots_end_at_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let staging = dir.path().join("staging");
+        let spares = std::sync::Arc::new(Spares::new(&staging));
+        let ended: Vec<PathBuf> = (0..SPARES_KEPT + 36)
+            .map(|i| {
+                let d = dir.path().join(format!("slot-{i}"));
+                std::fs::create_dir(&d).expect("slot");
+                d
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for chunk in ended.chunks(25) {
+                let spares = &spares;
+                s.spawn(move || chunk.iter().for_each(|d| spares.keep(d)));
+            }
+        });
+        let kept = std::fs::read_dir(staging.join(".spare"))
+            .expect("spares")
+            .count();
+        assert_eq!(kept, SPARES_KEPT);
+        assert_eq!(lock(&spares.free).waiting.len(), SPARES_KEPT);
+        assert!(ended.iter().all(|d| !d.exists()), "each kept or removed");
     }
 }

@@ -43,27 +43,33 @@ impl Runtime {
         // The sandboxes a previous process started died with it (their parent-death signal);
         // their folders are left. The store's lock says no other runtime uses them. One it was
         // starting as it died can linger; its cgroups say so and go, with what is in them.
-        for left in [
-            crate::slot::slots_folder(&config.data),
-            crate::slot::staging_folder(&config.data),
-        ] {
-            let _ = std::fs::remove_dir_all(left);
-        }
+        // Removing a dead runtime's folders (and sweeping the memory filesystem) is blocking
+        // work too.
         let named = config.runs.take();
-        let sweep = named.is_none();
-        let runs = match named {
-            Some(parent) => crate::slot::run_folder_in(&parent, &config.data),
-            None => crate::slot::default_run_folder(&config.data),
-        };
-        config.runs = Some(
-            match crate::slot::renew_run_folder(&runs, &config.data, sweep) {
+        let data = config.data.clone();
+        let runs = tokio::task::spawn_blocking(move || {
+            for left in [
+                crate::slot::slots_folder(&data),
+                crate::slot::staging_folder(&data),
+            ] {
+                let _ = std::fs::remove_dir_all(left);
+            }
+            let sweep = named.is_none();
+            let runs = match named {
+                Some(parent) => crate::slot::run_folder_in(&parent, &data),
+                None => crate::slot::default_run_folder(&data),
+            };
+            match crate::slot::renew_run_folder(&runs, &data, sweep) {
                 Ok(()) => runs,
                 Err(e) => {
                     tracing::warn!(folder = %runs.display(), error = %e, "the sandboxes' run files go under the data folder");
-                    crate::slot::slots_folder(&config.data)
+                    crate::slot::slots_folder(&data)
                 }
-            },
-        );
+            }
+        })
+        .await
+        .unwrap_or_else(|_| crate::slot::slots_folder(&config.data));
+        config.runs = Some(runs);
         let swept = tokio::task::spawn_blocking(toolgate_sandbox::spawn::sweep_orphaned_cgroups)
             .await
             .unwrap_or(0);
