@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use toolgate_proto::v1 as pb;
+use toolgate_proto::v1::toolgate_client::ToolgateClient;
 
 // The decision benches' generated registry, so this one run prints every figure of issue 18.
 #[path = "../../core/benches/fixtures/mod.rs"]
 mod fixtures;
-use toolgate_proto::v1::toolgate_client::ToolgateClient;
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
 

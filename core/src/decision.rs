@@ -52,7 +52,12 @@ macro_rules! reason {
 /// A reason's text from its pieces in one allocation of the exact size: the reasons of an allowed
 /// call are written this way (`format!`'s machinery was a sixth of a decision's time).
 fn joined(pieces: &[&str]) -> String {
-    let mut text = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+    joined_with_room(pieces, 0)
+}
+
+/// [`joined`], with `room` bytes more for what the caller appends.
+fn joined_with_room(pieces: &[&str], room: usize) -> String {
+    let mut text = String::with_capacity(pieces.iter().map(|p| p.len()).sum::<usize>() + room);
     for p in pieces {
         text.push_str(p);
     }
@@ -394,21 +399,18 @@ pub fn decide(
             }
         };
     d.grant = Some(grant.name.clone());
-    let head = [
-        "grant ",
-        &grant.name,
-        " gives ",
-        call.principal.short_name(),
-        " the tool ",
-        &tool.name,
-        " with scopes [",
-    ];
-    let mut matched = String::with_capacity(
-        head.iter().map(|p| p.len()).sum::<usize>()
-            + required.iter().map(|s| s.len() + 2).sum::<usize>()
-            + 1,
+    let mut matched = joined_with_room(
+        &[
+            "grant ",
+            &grant.name,
+            " gives ",
+            call.principal.short_name(),
+            " the tool ",
+            &tool.name,
+            " with scopes [",
+        ],
+        required.iter().map(|s| s.len() + 2).sum::<usize>() + 1,
     );
-    head.iter().for_each(|p| matched.push_str(p));
     for (i, scope) in required.iter().enumerate() {
         if i > 0 {
             matched.push_str(", ");

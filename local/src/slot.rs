@@ -872,7 +872,7 @@ mod tests {
     fn at_most_the_cap_of_spares_is_kept_when_many_slots_end_at_once() {
         let dir = tempfile::tempdir().expect("tmp");
         let staging = dir.path().join("staging");
-        let spares = std::sync::Arc::new(Spares::new(&staging));
+        let spares = Spares::new(&staging);
         let ended: Vec<PathBuf> = (0..SPARES_KEPT + 36)
             .map(|i| {
                 let d = dir.path().join(format!("slot-{i}"));
