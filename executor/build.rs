@@ -7,6 +7,8 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
+include!("packed_relocs.rs");
+
 /// What the executor is made of, relative to this crate's folder.
 const SOURCES: &[&str] = &[
     "src",
@@ -36,6 +38,7 @@ fn files(path: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn main() {
+    pack_relative_relocs("toolgate-executor");
     let mut all = Vec::new();
     for source in SOURCES {
         println!("cargo:rerun-if-changed={source}");
