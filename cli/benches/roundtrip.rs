@@ -92,25 +92,6 @@ fn authorized<T>(message: T) -> tonic::Request<T> {
     r
 }
 
-fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort();
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.99))
-}
-
-fn sample(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..3 {
-        f();
-    }
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        f();
-        v.push(t.elapsed());
-    }
-    percentiles(v)
-}
-
 fn main() {
     let dir = tempfile::tempdir().expect("tmp");
     let root = dir.path();
@@ -143,7 +124,7 @@ fn main() {
     let decision = fixtures::decision_percentiles(&fixtures::Scenario::new());
 
     // Plain fork+exec.
-    let plain = sample(300, || {
+    let plain = fixtures::timed(300, 3, || {
         Command::new("true").status().expect("true");
     });
 
@@ -163,7 +144,7 @@ fn main() {
         },
     )
     .expect("plan");
-    let sandboxed = sample(100, || {
+    let sandboxed = fixtures::timed(100, 3, || {
         let args: Vec<OsString> = vec![];
         let mut p = toolgate_sandbox::prepare(&plan, Path::new("/bin/true"), &args, "bench")
             .expect("prepare");
@@ -174,7 +155,7 @@ fn main() {
 
     // The reference: bubblewrap with every namespace and nothing else (no cgroups, no
     // seccomp, no limits).
-    let bare_bwrap = sample(100, || {
+    let bare_bwrap = fixtures::timed(100, 3, || {
         let status = Command::new("bwrap")
             .args([
                 "--unshare-all",
@@ -381,7 +362,7 @@ impl Governed {
         let mut governed_ids = Vec::new();
         // Calls one after another, each proposed the moment the last one ended.
         let cpu_before = cpu_of(pid);
-        let governed = sample(60, || {
+        let governed = fixtures::timed(60, 3, || {
             last_call = round_trip();
             governed_ids.push(last_call.clone());
         });
@@ -422,12 +403,12 @@ impl Governed {
                 }
             }
             gaps.into_iter()
-                .map(|((_, step), v)| (step, percentiles(v).0))
+                .map(|((_, step), v)| (step, fixtures::p50_p99(v).0))
                 .collect::<Vec<_>>()
         });
         // One unary RPC on an open channel: what every GetCall, ApproveCall and ProposeCall
         // pays on top of its work.
-        let unary = sample(200, || {
+        let unary = fixtures::timed(200, 3, || {
             rt.block_on(async {
                 let r = authorized(pb::GetCallRequest {
                     id: last_call.clone(),
@@ -438,7 +419,7 @@ impl Governed {
         // The whole `toolgate call … --watch` process an agent's shell would run: client
         // start, connect, propose, watch to the end.
         // 200 runs: the p99 of fewer is their slowest.
-        let cli = sample(200, || {
+        let cli = fixtures::timed(200, 3, || {
             let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
                 .args(["--server", &format!("http://{addr}"), "--token", TOKEN])
                 .args(["call", "bench.true", "--args", "{}", "--action", "execute"])
@@ -603,6 +584,6 @@ async fn concurrent(addr: &str, agents: usize, each: usize) -> (usize, f64, Dura
         all.extend(t.await.expect("agent"));
     }
     let per_second = all.len() as f64 / started.elapsed().as_secs_f64();
-    let (p50, p99) = percentiles(all);
+    let (p50, p99) = fixtures::p50_p99(all);
     (agents, per_second, p50, p99)
 }
