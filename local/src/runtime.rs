@@ -73,6 +73,10 @@ pub enum StartError {
     /// Calls a previous process left could not be picked up.
     #[error("recovering the calls a previous run left: {0}")]
     Recover(ApiError),
+    /// Clearing a dead runtime's sandbox folders stopped before it was done (a bug): the
+    /// runtime does not start over folders in an unknown state.
+    #[error("clearing the sandbox folders of a previous run stopped: {0}")]
+    SandboxFolders(String),
 }
 
 pub(crate) struct Inner {

@@ -68,7 +68,7 @@ impl Runtime {
             }
         })
         .await
-        .unwrap_or_else(|_| crate::slot::slots_folder(&config.data));
+        .map_err(|e| StartError::SandboxFolders(e.to_string()))?;
         config.runs = Some(runs);
         let swept = tokio::task::spawn_blocking(toolgate_sandbox::spawn::sweep_orphaned_cgroups)
             .await
