@@ -13,7 +13,7 @@ use toolgate_crds::{
 use crate::cedar::{Problem, ToolPolicies};
 use crate::lint::{Severity, descriptor_findings};
 use crate::manifest::{Object, ObjectSet, Spec};
-use crate::principal::{Principal, subject_key};
+use crate::principal::{Principal, SubjectName, with_subject_name};
 use crate::{digest, risk};
 
 /// A descriptor after registration.
@@ -254,6 +254,40 @@ pub fn with_usage(grants: &[&GrantEntry], usages: &GrantUsages) -> Vec<GrantEntr
 /// (seeded per process) instead of SipHash, which was a tenth of a decision's time.
 type Index<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// A namespace's grants by the names their subjects give tools to, one map per kind of name, so
+/// that a principal's own strings are the lookup keys.
+#[derive(Debug, Default, Clone)]
+struct GrantsBySubject {
+    users: Index<String, Vec<usize>>,
+    groups: Index<String, Vec<usize>>,
+    service_accounts_of: Index<String, Vec<usize>>,
+}
+
+impl GrantsBySubject {
+    fn insert(&mut self, name: SubjectName<'_>, grant: usize) {
+        let (map, key) = match name {
+            SubjectName::User(n) => (&mut self.users, n),
+            SubjectName::Group(n) => (&mut self.groups, n),
+            SubjectName::ServiceAccountsOf(n) => (&mut self.service_accounts_of, n),
+        };
+        match map.get_mut(key) {
+            Some(grants) => grants.push(grant),
+            None => {
+                map.insert(key.to_string(), vec![grant]);
+            }
+        }
+    }
+
+    fn get(&self, name: SubjectName<'_>) -> &[usize] {
+        let (map, key) = match name {
+            SubjectName::User(n) => (&self.users, n),
+            SubjectName::Group(n) => (&self.groups, n),
+            SubjectName::ServiceAccountsOf(n) => (&self.service_accounts_of, n),
+        };
+        map.get(key).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// Tools and grants, indexed by namespace, name, action type and subject.
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
@@ -264,7 +298,7 @@ pub struct Registry {
     by_action: Index<String, Index<ActionType, Vec<usize>>>,
     by_namespace: Index<String, Vec<usize>>,
     grants: Vec<GrantEntry>,
-    grants_by_subject: Index<String, Index<String, Vec<usize>>>,
+    grants_by_subject: Index<String, GrantsBySubject>,
     /// namespace → term → tools whose name, summary, use-when or examples contain it.
     positive_index: Index<String, Index<String, Vec<usize>>>,
     /// namespace → term → tools whose do-not-use-when hints contain it.
@@ -407,13 +441,12 @@ impl Registry {
     /// Add a grant.
     pub fn add_grant(&mut self, grant: GrantEntry) {
         let i = self.grants.len();
+        let by_subject = self
+            .grants_by_subject
+            .entry(grant.namespace.clone())
+            .or_default();
         for s in &grant.spec.subjects {
-            self.grants_by_subject
-                .entry(grant.namespace.clone())
-                .or_default()
-                .entry(subject_key(s, &grant.namespace))
-                .or_default()
-                .push(i);
+            with_subject_name(s, &grant.namespace, |name| by_subject.insert(name, i));
         }
         self.grants.push(grant);
     }
@@ -513,10 +546,8 @@ impl Registry {
             return Vec::new();
         };
         let mut out: Vec<&GrantEntry> = Vec::new();
-        principal.for_each_subject_key(|k| {
-            if let Some(found) = by_subject.get(k) {
-                out.extend(found.iter().map(|&i| &self.grants[i]));
-            }
+        principal.for_each_subject_name(|name| {
+            out.extend(by_subject.get(name).iter().map(|&i| &self.grants[i]));
         });
         // A grant naming the principal twice (as a user and by a group) is found twice; names
         // are unique in a namespace, so the copies sort next to each other.
