@@ -920,3 +920,61 @@ fn each_approval_rule_reads_word_for_word() {
         "L5 (destructive/admin) needs a human approval; as L5 it also needs a successful dry run of the same args shortly before"
     );
 }
+
+/// A grant reaches a service account by each name Kubernetes gives it, and by no other: the
+/// registry indexes subjects one way and looks principals up another.
+#[test]
+fn a_grant_reaches_a_service_account_by_each_of_its_names() {
+    let read = example_call("read-serializer-1");
+    let cases = [
+        (
+            json!({"kind": "ServiceAccount", "name": "fixer", "namespace": "team-a"}),
+            true,
+        ),
+        (json!({"kind": "ServiceAccount", "name": "fixer"}), true), // the grant's namespace
+        (json!({"kind": "User", "name": FIXER}), true),
+        (
+            json!({"kind": "Group", "name": "system:serviceaccounts:team-a"}),
+            true,
+        ),
+        (
+            json!({"kind": "Group", "name": "system:serviceaccounts"}),
+            true,
+        ),
+        (
+            json!({"kind": "ServiceAccount", "name": "fixer", "namespace": "team-b"}),
+            false,
+        ),
+        (json!({"kind": "ServiceAccount", "name": "other"}), false),
+        (
+            json!({"kind": "Group", "name": "system:serviceaccounts:team-b"}),
+            false,
+        ),
+        (json!({"kind": "Group", "name": FIXER}), false),
+        (
+            json!({"kind": "User", "name": "system:serviceaccounts:team-a"}),
+            false,
+        ),
+    ];
+    for (subject, reaches) in cases {
+        let r = registry_with("ToolGrant", "fixer-agent", |v| {
+            v["spec"]["subjects"] = json!([subject.clone()]);
+        });
+        let d = decide_fixer(&r, "x", &read);
+        if reaches {
+            assert_decision(&d, DecisionOutcome::Allow, "grant-matched");
+        } else {
+            assert_decision(&d, DecisionOutcome::Deny, "no-grant");
+        }
+    }
+    // A principal that reports its namespace's group is found by it, whatever its name.
+    let r = registry_with("ToolGrant", "fixer-agent", |v| {
+        v["spec"]["subjects"] = json!([{"kind": "Group", "name": "system:serviceaccounts:team-a"}]);
+    });
+    let bob = Principal::new("bob").with_groups(["system:serviceaccounts:team-a"]);
+    assert_decision(
+        &decide_as(&r, &bob, "x", &read, &[]),
+        DecisionOutcome::Allow,
+        "grant-matched",
+    );
+}
