@@ -118,6 +118,11 @@ impl Slot {
         // written into it in place.
         std::fs::write(dir.join("spec.json"), b"").map_err(|e| io("the spec file", e))?;
         let mut plan = base.clone();
+        // /etc in one bind of a copy kept in the run folder; where it cannot be made, the
+        // sandbox binds each file as before (the same files either way).
+        plan.etc = toolgate_sandbox::etc::snapshot_in(&run_folder(config))
+            .inspect_err(|e| tracing::warn!(error = %e, "copying /etc for the sandboxes"))
+            .ok();
         plan.expose_read_only(PathBuf::from(program));
         // The folder read-only in one bind (the spec, the credential), `out` writable over it:
         // each bind costs bubblewrap a read of the whole mount table.

@@ -443,6 +443,16 @@ fn add_tools(root: &std::path::Path) {
             ),
         ),
         (
+            "h-etc",
+            tool(
+                "h.etc",
+                "[sh, -c, \"ls -A /etc; echo x > /etc/nsswitch.conf && echo WROTE\"]",
+                "never",
+                "read-only",
+                15000,
+            ),
+        ),
+        (
             "h-gvisor",
             tool(
                 "h.gvisor",
@@ -474,7 +484,7 @@ metadata: {name: hardening-tools, namespace: team-a}
 spec:
   subjects:
   - {kind: ServiceAccount, name: fixer, namespace: team-a}
-  tools: {names: [h.fail, h.killed, h.bomb, h.gvisor]}
+  tools: {names: [h.fail, h.killed, h.bomb, h.etc, h.gvisor]}
   scopes: ["workspace:read"]
   reason: hardening tests
 "#,
@@ -487,6 +497,32 @@ fn condition<'a>(call: &'a pb::Call, kind: &str) -> &'a pb::Condition {
         .iter()
         .find(|c| c.r#type == kind)
         .unwrap_or_else(|| panic!("no {kind} in {:#?}", call.conditions))
+}
+
+/// A sandbox's /etc is the runtime's copy of the few files tools read, bound read-only: the
+/// same names the sandbox crate lists, nothing else of the host's /etc, no write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_sees_only_the_copied_etc_files_read_only() {
+    let dir = setup();
+    add_tools(dir.path());
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = submit(&mut c, "h.etc", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    let expected: std::collections::BTreeSet<&str> = toolgate_sandbox::bwrap::ETC_FILES
+        .iter()
+        .filter(|p| std::path::Path::new(p).symlink_metadata().is_ok())
+        .filter_map(|p| p.trim_start_matches("/etc/").split('/').next())
+        .collect();
+    let listed: Vec<&str> = done.output_preview.lines().collect();
+    assert_eq!(
+        listed,
+        expected.into_iter().collect::<Vec<_>>(),
+        "{:#?}",
+        done
+    );
+    // The write failed, so the shell's `&&` left the tool failing with sh's exit code.
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -50,7 +50,7 @@ pub fn kind_of(path: &Path) -> Kind {
 /// Whether the symlink `link` -> `target` points, lexically, into one of the [`SYSTEM_DIRS`],
 /// which the sandbox sees as the host does. Further links inside are resolved in the sandbox: at
 /// worst such a link dangles there, it never shows more than the system folders.
-fn resolves_into_system_dirs(link: &Path, target: &Path) -> bool {
+pub(crate) fn resolves_into_system_dirs(link: &Path, target: &Path) -> bool {
     use std::path::Component;
     let mut at = PathBuf::from("/");
     if target.is_relative()
@@ -118,15 +118,22 @@ pub fn arguments(
             Kind::File | Kind::Missing => {}
         }
     }
-    for f in ETC_FILES {
-        match kind(Path::new(f)) {
-            Kind::Missing => {}
-            // The same symlink resolves inside to the same file (`/etc/localtime` into
-            // /usr/share/zoneinfo) without a mount of its own.
-            Kind::Symlink(target) if resolves_into_system_dirs(Path::new(f), &target) => {
-                push(&[&"--symlink", &target, f]);
+    match &plan.etc {
+        Some(copy) => push(&[&"--ro-bind", copy, &"/etc"]),
+        None => {
+            for f in ETC_FILES {
+                match kind(Path::new(f)) {
+                    Kind::Missing => {}
+                    // The same symlink resolves inside to the same file (`/etc/localtime` into
+                    // /usr/share/zoneinfo) without a mount of its own.
+                    Kind::Symlink(target) if resolves_into_system_dirs(Path::new(f), &target) => {
+                        push(&[&"--symlink", &target, f]);
+                    }
+                    Kind::Dir | Kind::File | Kind::Symlink(_) => {
+                        push(&[&"--ro-bind-try", f, f]);
+                    }
+                }
             }
-            Kind::Dir | Kind::File | Kind::Symlink(_) => push(&[&"--ro-bind-try", f, f]),
         }
     }
     push(&[&"--proc", &"/proc", &"--dev", &"/dev"]);
@@ -230,6 +237,7 @@ mod tests {
                 tmp_bytes: 1024,
             },
             env: vec![("PATH".into(), "/usr/bin".into())],
+            etc: None,
         }
     }
 

@@ -15,6 +15,7 @@
 pub mod bwrap;
 mod child;
 pub mod confine;
+pub mod etc;
 pub mod plan;
 pub mod seccomp;
 pub mod spawn;

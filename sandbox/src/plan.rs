@@ -79,6 +79,10 @@ pub struct SandboxPlan {
     pub limits: Limits,
     /// The whole environment of the sandbox (nothing else is inherited).
     pub env: Vec<(String, String)>,
+    /// A copy of the host's `/etc` files ([`crate::etc::snapshot_in`]) bound whole as `/etc`;
+    /// `None` binds each file (one mount each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etc: Option<PathBuf>,
 }
 
 /// One of the runtime's own files or folders, visible at `path` inside.
@@ -323,6 +327,7 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
                 .map_or(DEFAULT_TMP_BYTES, |mb| u64::from(mb) * 1024 * 1024),
         },
         env,
+        etc: None,
     })
 }
 

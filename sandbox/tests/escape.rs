@@ -64,7 +64,15 @@ fn plan(f: &Fixture) -> SandboxPlan {
             tmp_bytes: 4 << 20,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        // As `toolgate local` runs them: /etc a copy of the few files sandboxes see.
+        etc: Some(etc_copy(f)),
     }
+}
+
+fn etc_copy(f: &Fixture) -> PathBuf {
+    let runs = f.root.join("runs");
+    std::fs::create_dir_all(&runs).expect("runs");
+    toolgate_sandbox::etc::snapshot_in(&runs).expect("a copy of /etc")
 }
 
 const MARKER: &str = "__toolgate_sandbox_up__";
@@ -178,6 +186,43 @@ fn the_host_filesystem_outside_the_roots_is_not_there() {
     contained(&o, "canary-secret");
     assert!(!f.outside.join("planted").exists());
     assert!(o.stdout.contains("No such file"), "{}", o.stdout);
+}
+
+#[test]
+fn etc_holds_only_its_few_files_read_only() {
+    let f = fixture();
+    let o = run(
+        &plan(&f),
+        "ls -A /etc; echo END-LS; echo x > /etc/nsswitch.conf; echo x > /etc/ssl/certs/new; mkdir /etc/x; cat /etc/nsswitch.conf",
+    );
+    let listed: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| *l != MARKER)
+        .take_while(|l| *l != "END-LS")
+        .collect();
+    let expected: Vec<&str> = toolgate_sandbox::bwrap::ETC_FILES
+        .iter()
+        .filter(|p| Path::new(p).symlink_metadata().is_ok())
+        .map(|p| {
+            p.trim_start_matches("/etc/")
+                .split('/')
+                .next()
+                .expect("a name")
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(listed, expected, "{}", o.stdout);
+    assert_eq!(
+        o.stderr.matches("Read-only file system").count(),
+        3,
+        "{}",
+        o.stderr
+    );
+    let host = std::fs::read_to_string("/etc/nsswitch.conf").expect("nsswitch.conf");
+    assert!(o.stdout.ends_with(&host), "{}", o.stdout);
+    assert!(!etc_copy(&f).join("x").exists());
 }
 
 #[test]

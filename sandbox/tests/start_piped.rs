@@ -29,6 +29,7 @@ fn plan() -> SandboxPlan {
             tmp_bytes: 4 << 20,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        etc: None,
     }
 }
 
