@@ -120,9 +120,10 @@ impl Slot {
         let mut plan = base.clone();
         // /etc in one bind of a copy kept in the run folder; where it cannot be made, the
         // sandbox binds each file as before (the same files either way).
-        plan.etc = toolgate_sandbox::etc::snapshot_in(&run_folder(config))
-            .inspect_err(|e| tracing::warn!(error = %e, "copying /etc for the sandboxes"))
-            .ok();
+        plan.etc = toolgate_sandbox::etc::snapshot_in(&run_folder(config)).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "copying /etc for the sandboxes; binding each file");
+            None
+        });
         plan.expose_read_only(PathBuf::from(program));
         // The folder read-only in one bind (the spec, the credential), `out` writable over it:
         // each bind costs bubblewrap a read of the whole mount table.

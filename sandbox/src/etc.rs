@@ -35,28 +35,66 @@ fn stamp_of(paths: &[PathBuf]) -> Stamp {
 
 /// The current copy of the host's [`ETC_FILES`] in `runs` (a folder of the runtime's own, on a
 /// memory filesystem), made or made anew when the host's files changed since the last one.
-pub fn snapshot_in(runs: &Path) -> std::io::Result<PathBuf> {
+/// `Ok(None)` when the same files could not be copied before (the error was returned then): the
+/// sandbox binds each file instead, as it did before copies.
+pub fn snapshot_in(runs: &Path) -> std::io::Result<Option<PathBuf>> {
     let paths: Vec<PathBuf> = ETC_FILES.iter().map(PathBuf::from).collect();
-    snapshot_of(Path::new("/etc"), &paths, runs)
+    snapshot_of(Path::new("/etc"), &paths, runs, Budget::default())
 }
 
-/// Latest copy per run folder, with the stamp it was made from.
-static SNAPSHOTS: Mutex<Option<HashMap<PathBuf, (Stamp, PathBuf)>>> = Mutex::new(None);
+/// Latest copy per run folder (`None`: copying failed), with the stamp it was made from.
+type Snapshots = HashMap<PathBuf, (Stamp, Option<PathBuf>)>;
+static SNAPSHOTS: Mutex<Option<Snapshots>> = Mutex::new(None);
+
+/// How much a copy may hold: a few hundred entries and a megabyte or so on a Debian host. More
+/// means something unusual is linked in (a whole tree behind a symlink), which binds serve better.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    entries: usize,
+    bytes: u64,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            entries: 4096,
+            bytes: 16 << 20,
+        }
+    }
+}
+
+impl Budget {
+    fn spend(&mut self, bytes: u64) -> std::io::Result<()> {
+        self.entries = self.entries.checked_sub(1).ok_or_else(Budget::exceeded)?;
+        self.bytes = self.bytes.checked_sub(bytes).ok_or_else(Budget::exceeded)?;
+        Ok(())
+    }
+
+    fn exceeded() -> std::io::Error {
+        std::io::Error::other("the /etc files to copy exceed 4096 entries or 16 MiB")
+    }
+}
 
 /// [`snapshot_in`] of `paths`, each under `etc`.
-fn snapshot_of(etc: &Path, paths: &[PathBuf], runs: &Path) -> std::io::Result<PathBuf> {
+fn snapshot_of(
+    etc: &Path,
+    paths: &[PathBuf],
+    runs: &Path,
+    mut budget: Budget,
+) -> std::io::Result<Option<PathBuf>> {
     let stamp = stamp_of(paths);
     // A panic while copying left nothing half-made in the map: the lock's data stays good.
     let mut snapshots = SNAPSHOTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let snapshots = snapshots.get_or_insert_with(HashMap::new);
-    // The run folder may have been renewed since (a runtime restarted in the same process).
-    if let Some((made_from, folder)) = snapshots.get(runs)
-        && *made_from == stamp
-        && folder.is_dir()
-    {
-        return Ok(folder.clone());
+    match snapshots.get(runs) {
+        Some((made_from, None)) if *made_from == stamp => return Ok(None),
+        // The run folder may have been renewed since (a runtime restarted in the same process).
+        Some((made_from, Some(folder))) if *made_from == stamp && folder.is_dir() => {
+            return Ok(Some(folder.clone()));
+        }
+        _ => {}
     }
     let mut n = 0;
     let folder = loop {
@@ -67,48 +105,66 @@ fn snapshot_of(etc: &Path, paths: &[PathBuf], runs: &Path) -> std::io::Result<Pa
             Err(e) => return Err(e),
         }
     };
-    for path in paths {
+    let copied = paths.iter().try_for_each(|path| {
         let Ok(relative) = path.strip_prefix(etc) else {
-            continue;
+            return Ok(());
         };
         let to = folder.join(relative);
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        copy(path, &to)?;
+        copy(path, &to, &mut budget)
+    });
+    match copied {
+        Ok(()) => {
+            snapshots.insert(runs.to_path_buf(), (stamp, Some(folder.clone())));
+            Ok(Some(folder))
+        }
+        Err(e) => {
+            // Nothing half-copied is left, and the same files are not tried again per sandbox.
+            let _ = std::fs::remove_dir_all(&folder);
+            snapshots.insert(runs.to_path_buf(), (stamp, None));
+            Err(e)
+        }
     }
-    snapshots.insert(runs.to_path_buf(), (stamp, folder.clone()));
-    Ok(folder)
 }
 
 /// Copy `from` to `to` as a bind of `from` would show it: a symlink into the system folders stays
 /// a symlink (it resolves inside to the same file), any other is followed; a folder is copied
 /// with the symlinks in it kept (they resolve inside as they do on the host).
-fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy(from: &Path, to: &Path, budget: &mut Budget) -> std::io::Result<()> {
     match kind_of(from) {
         Kind::Missing => Ok(()),
         Kind::Symlink(target) if resolves_into_system_dirs(from, &target) => {
+            budget.spend(0)?;
             std::os::unix::fs::symlink(target, to)
         }
-        Kind::Dir => copy_folder(from, to),
-        Kind::Symlink(_) if from.is_dir() => copy_folder(from, to),
+        Kind::Dir => copy_folder(from, to, budget),
+        Kind::Symlink(_) if from.is_dir() => copy_folder(from, to, budget),
         Kind::Symlink(_) if !from.exists() => Ok(()),
-        Kind::Symlink(_) | Kind::File => std::fs::copy(from, to).map(|_| ()),
+        Kind::Symlink(_) | Kind::File => copy_file(from, to, budget),
     }
 }
 
-fn copy_folder(from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy_file(from: &Path, to: &Path, budget: &mut Budget) -> std::io::Result<()> {
+    budget.spend(std::fs::metadata(from)?.len())?;
+    std::fs::copy(from, to).map(|_| ())
+}
+
+fn copy_folder(from: &Path, to: &Path, budget: &mut Budget) -> std::io::Result<()> {
+    budget.spend(0)?;
     std::fs::create_dir(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let (source, target) = (entry.path(), to.join(entry.file_name()));
         let kind = entry.file_type()?;
         if kind.is_symlink() {
+            budget.spend(0)?;
             std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
         } else if kind.is_dir() {
-            copy_folder(&source, &target)?;
+            copy_folder(&source, &target, budget)?;
         } else if kind.is_file() {
-            std::fs::copy(&source, &target)?;
+            copy_file(&source, &target, budget)?;
         }
         // Sockets, pipes and devices have no place in a sandbox's /etc.
     }
@@ -142,7 +198,9 @@ mod tests {
         .collect();
         let runs = tempfile::tempdir().unwrap();
 
-        let first = snapshot_of(&etc, &paths, runs.path()).unwrap();
+        let first = snapshot_of(&etc, &paths, runs.path(), Budget::default())
+            .unwrap()
+            .unwrap();
         let read_in = |dir: &Path, p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
         let read = |p: &str| read_in(&first, p);
         assert_eq!(read("ld.so.cache"), "cache v1");
@@ -159,16 +217,25 @@ mod tests {
         assert_eq!(read("mime.types"), "behind a link");
         assert!(!first.join("absent").exists());
         // Nothing changed: the same copy.
-        assert_eq!(snapshot_of(&etc, &paths, runs.path()).unwrap(), first);
+        assert_eq!(
+            snapshot_of(&etc, &paths, runs.path(), Budget::default())
+                .unwrap()
+                .unwrap(),
+            first
+        );
         // Its run folder emptied (a runtime restarted): made again.
         std::fs::remove_dir_all(&first).unwrap();
-        let first = snapshot_of(&etc, &paths, runs.path()).unwrap();
+        let first = snapshot_of(&etc, &paths, runs.path(), Budget::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(read_in(&first, "ld.so.cache"), "cache v1");
 
         // Replaced by a rename, as ldconfig does: a new copy; the old one stays as it was.
         std::fs::write(etc.join("ld.so.cache.new"), "cache v2").unwrap();
         std::fs::rename(etc.join("ld.so.cache.new"), etc.join("ld.so.cache")).unwrap();
-        let second = snapshot_of(&etc, &paths, runs.path()).unwrap();
+        let second = snapshot_of(&etc, &paths, runs.path(), Budget::default())
+            .unwrap()
+            .unwrap();
         assert_ne!(second, first);
         assert_eq!(
             std::fs::read_to_string(second.join("ld.so.cache")).unwrap(),
@@ -177,11 +244,44 @@ mod tests {
         assert_eq!(read_in(&first, "ld.so.cache"), "cache v1");
         // A file behind a followed link changed: a new copy too.
         std::fs::write(host.path().join("outside"), "changed behind the link").unwrap();
-        let third = snapshot_of(&etc, &paths, runs.path()).unwrap();
+        let third = snapshot_of(&etc, &paths, runs.path(), Budget::default())
+            .unwrap()
+            .unwrap();
         assert_ne!(third, second);
         assert_eq!(
             std::fs::read_to_string(third.join("mime.types")).unwrap(),
             "changed behind the link"
         );
+    }
+
+    #[test]
+    fn a_copy_too_large_or_unreadable_is_not_left_nor_tried_again() {
+        let host = tempfile::tempdir().unwrap();
+        let etc = host.path().join("etc");
+        std::fs::create_dir_all(etc.join("certs")).unwrap();
+        for i in 0..10 {
+            std::fs::write(etc.join(format!("certs/{i}.pem")), "x".repeat(100)).unwrap();
+        }
+        let paths = vec![etc.join("certs")];
+        let runs = tempfile::tempdir().unwrap();
+        let small = Budget {
+            entries: 5,
+            bytes: 1 << 20,
+        };
+        let e = snapshot_of(&etc, &paths, runs.path(), small).unwrap_err();
+        assert!(e.to_string().contains("exceed"), "{e}");
+        assert_eq!(std::fs::read_dir(runs.path()).unwrap().count(), 0);
+        // The same files: not copied again (the caller binds each file).
+        assert!(
+            snapshot_of(&etc, &paths, runs.path(), Budget::default())
+                .unwrap()
+                .is_none()
+        );
+        // Changed: tried again, and within the budget it is made.
+        std::fs::remove_file(etc.join("certs/9.pem")).unwrap();
+        let made = snapshot_of(&etc, &paths, runs.path(), Budget::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(std::fs::read_dir(made.join("certs")).unwrap().count(), 9);
     }
 }

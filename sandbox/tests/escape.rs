@@ -72,7 +72,9 @@ fn plan(f: &Fixture) -> SandboxPlan {
 fn etc_copy(f: &Fixture) -> PathBuf {
     let runs = f.root.join("runs");
     std::fs::create_dir_all(&runs).expect("runs");
-    toolgate_sandbox::etc::snapshot_in(&runs).expect("a copy of /etc")
+    toolgate_sandbox::etc::snapshot_in(&runs)
+        .expect("a copy of /etc")
+        .expect("a copy of /etc")
 }
 
 const MARKER: &str = "__toolgate_sandbox_up__";
