@@ -523,6 +523,16 @@ async fn a_sandbox_sees_only_the_copied_etc_files_read_only() {
     );
     // The write failed, so the shell's `&&` left the tool failing with sh's exit code.
     assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    // What the sandbox listed was the runtime's copy, in its run folder: one bind, not one a file.
+    let copy = toolgate_local::default_run_folder(&dir.path().join("data")).join("etc-0");
+    let copied: std::collections::BTreeSet<String> = std::fs::read_dir(&copy)
+        .unwrap_or_else(|e| panic!("{}: {e}", copy.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        copied.iter().map(String::as_str).collect::<Vec<_>>(),
+        listed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -399,4 +399,22 @@ mod tests {
             Path::new("../../usrx/y")
         ));
     }
+
+    /// With a copy of the /etc files, /etc is that one read-only bind, in the same place among
+    /// the system folders, and none of the files is bound on its own.
+    #[test]
+    fn a_copy_of_etc_is_one_bind() {
+        let mut p = plan(Network::None);
+        p.etc = Some("/run/tg/etc-0".into());
+        let a = joined(&arguments(&p, &[], Path::new("/e"), &fake_kind));
+        let under_etc = a
+            .split(' ')
+            .filter(|w| *w == "/etc" || w.starts_with("/etc/"))
+            .count();
+        assert_eq!(under_etc, 1, "{a}");
+        assert!(
+            a.contains("--symlink usr/bin /bin --ro-bind /run/tg/etc-0 /etc --proc /proc"),
+            "{a}"
+        );
+    }
 }

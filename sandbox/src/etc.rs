@@ -20,10 +20,11 @@ use crate::bwrap::{ETC_FILES, Kind, kind_of, resolves_into_system_dirs};
 /// what it points to.
 type Stamp = Vec<Option<(u64, u64, i64, i64, u64)>>;
 
-fn stamp_of(paths: &[PathBuf]) -> Stamp {
+fn stamp_of<P: AsRef<Path>>(paths: &[P]) -> Stamp {
     let key = |m: std::fs::Metadata| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size());
     paths
         .iter()
+        .map(AsRef::as_ref)
         .flat_map(|p| {
             [
                 std::fs::symlink_metadata(p).ok().map(key),
@@ -38,8 +39,8 @@ fn stamp_of(paths: &[PathBuf]) -> Stamp {
 /// `Ok(None)` when the same files could not be copied before (the error was returned then): the
 /// sandbox binds each file instead, as it did before copies.
 pub fn snapshot_in(runs: &Path) -> std::io::Result<Option<PathBuf>> {
-    let paths: Vec<PathBuf> = ETC_FILES.iter().map(PathBuf::from).collect();
-    snapshot_of(Path::new("/etc"), &paths, runs, Budget::default())
+    // Asked before every sandbox: the list is used as it is, nothing allocated for it.
+    snapshot_of(Path::new("/etc"), ETC_FILES, runs, Budget::default())
 }
 
 /// Latest copy per run folder (`None`: copying failed), with the stamp it was made from.
@@ -50,35 +51,45 @@ static SNAPSHOTS: Mutex<Option<Snapshots>> = Mutex::new(None);
 /// means something unusual is linked in (a whole tree behind a symlink), which binds serve better.
 #[derive(Debug, Clone, Copy)]
 struct Budget {
+    max_entries: usize,
+    max_bytes: u64,
     entries: usize,
     bytes: u64,
 }
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget {
-            entries: 4096,
-            bytes: 16 << 20,
-        }
+        Budget::of(4096, 16 << 20)
     }
 }
 
 impl Budget {
-    fn spend(&mut self, bytes: u64) -> std::io::Result<()> {
-        self.entries = self.entries.checked_sub(1).ok_or_else(Budget::exceeded)?;
-        self.bytes = self.bytes.checked_sub(bytes).ok_or_else(Budget::exceeded)?;
-        Ok(())
+    fn of(max_entries: usize, max_bytes: u64) -> Self {
+        Budget {
+            max_entries,
+            max_bytes,
+            entries: 0,
+            bytes: 0,
+        }
     }
 
-    fn exceeded() -> std::io::Error {
-        std::io::Error::other("the /etc files to copy exceed 4096 entries or 16 MiB")
+    fn spend(&mut self, bytes: u64) -> std::io::Result<()> {
+        self.entries += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.entries > self.max_entries || self.bytes > self.max_bytes {
+            return Err(std::io::Error::other(format!(
+                "the /etc files to copy exceed {} entries or {} bytes",
+                self.max_entries, self.max_bytes
+            )));
+        }
+        Ok(())
     }
 }
 
 /// [`snapshot_in`] of `paths`, each under `etc`.
-fn snapshot_of(
+fn snapshot_of<P: AsRef<Path>>(
     etc: &Path,
-    paths: &[PathBuf],
+    paths: &[P],
     runs: &Path,
     mut budget: Budget,
 ) -> std::io::Result<Option<PathBuf>> {
@@ -105,7 +116,7 @@ fn snapshot_of(
             Err(e) => return Err(e),
         }
     };
-    let copied = paths.iter().try_for_each(|path| {
+    let copied = paths.iter().map(AsRef::as_ref).try_for_each(|path| {
         let Ok(relative) = path.strip_prefix(etc) else {
             return Ok(());
         };
@@ -197,10 +208,13 @@ mod tests {
         .map(|p| etc.join(p))
         .collect();
         let runs = tempfile::tempdir().unwrap();
+        let copy = || {
+            snapshot_of(&etc, &paths, runs.path(), Budget::default())
+                .unwrap()
+                .unwrap()
+        };
 
-        let first = snapshot_of(&etc, &paths, runs.path(), Budget::default())
-            .unwrap()
-            .unwrap();
+        let first = copy();
         let read_in = |dir: &Path, p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
         let read = |p: &str| read_in(&first, p);
         assert_eq!(read("ld.so.cache"), "cache v1");
@@ -217,41 +231,24 @@ mod tests {
         assert_eq!(read("mime.types"), "behind a link");
         assert!(!first.join("absent").exists());
         // Nothing changed: the same copy.
-        assert_eq!(
-            snapshot_of(&etc, &paths, runs.path(), Budget::default())
-                .unwrap()
-                .unwrap(),
-            first
-        );
+        assert_eq!(copy(), first);
         // Its run folder emptied (a runtime restarted): made again.
         std::fs::remove_dir_all(&first).unwrap();
-        let first = snapshot_of(&etc, &paths, runs.path(), Budget::default())
-            .unwrap()
-            .unwrap();
+        let first = copy();
         assert_eq!(read_in(&first, "ld.so.cache"), "cache v1");
 
         // Replaced by a rename, as ldconfig does: a new copy; the old one stays as it was.
         std::fs::write(etc.join("ld.so.cache.new"), "cache v2").unwrap();
         std::fs::rename(etc.join("ld.so.cache.new"), etc.join("ld.so.cache")).unwrap();
-        let second = snapshot_of(&etc, &paths, runs.path(), Budget::default())
-            .unwrap()
-            .unwrap();
+        let second = copy();
         assert_ne!(second, first);
-        assert_eq!(
-            std::fs::read_to_string(second.join("ld.so.cache")).unwrap(),
-            "cache v2"
-        );
+        assert_eq!(read_in(&second, "ld.so.cache"), "cache v2");
         assert_eq!(read_in(&first, "ld.so.cache"), "cache v1");
         // A file behind a followed link changed: a new copy too.
         std::fs::write(host.path().join("outside"), "changed behind the link").unwrap();
-        let third = snapshot_of(&etc, &paths, runs.path(), Budget::default())
-            .unwrap()
-            .unwrap();
+        let third = copy();
         assert_ne!(third, second);
-        assert_eq!(
-            std::fs::read_to_string(third.join("mime.types")).unwrap(),
-            "changed behind the link"
-        );
+        assert_eq!(read_in(&third, "mime.types"), "changed behind the link");
     }
 
     #[test]
@@ -264,12 +261,11 @@ mod tests {
         }
         let paths = vec![etc.join("certs")];
         let runs = tempfile::tempdir().unwrap();
-        let small = Budget {
-            entries: 5,
-            bytes: 1 << 20,
-        };
-        let e = snapshot_of(&etc, &paths, runs.path(), small).unwrap_err();
-        assert!(e.to_string().contains("exceed"), "{e}");
+        let e = snapshot_of(&etc, &paths, runs.path(), Budget::of(5, 1 << 20)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the /etc files to copy exceed 5 entries or 1048576 bytes"
+        );
         assert_eq!(std::fs::read_dir(runs.path()).unwrap().count(), 0);
         // The same files: not copied again (the caller binds each file).
         assert!(
@@ -277,6 +273,11 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+        // Bytes count as entries do.
+        let other = tempfile::tempdir().unwrap();
+        let e = snapshot_of(&etc, &paths, other.path(), Budget::of(100, 950)).unwrap_err();
+        assert!(e.to_string().contains("950 bytes"), "{e}");
+        assert_eq!(std::fs::read_dir(other.path()).unwrap().count(), 0);
         // Changed: tried again, and within the budget it is made.
         std::fs::remove_file(etc.join("certs/9.pem")).unwrap();
         let made = snapshot_of(&etc, &paths, runs.path(), Budget::default())
