@@ -5,7 +5,7 @@ use serde_json::Value;
 /// Limits checked before the schema, so a huge or deeply nested payload costs nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArgsLimits {
-    /// Largest serialized args, in bytes.
+    /// Largest args, in bytes of their canonical (RFC 8785) JSON: the bytes their digest hashes.
     pub max_bytes: usize,
     /// Deepest nesting of arrays and objects.
     pub max_depth: usize,
@@ -75,14 +75,15 @@ pub fn with_defaults(schema: &Value, args: Value) -> Value {
 /// Validate args against a JSON Schema, after the size and depth limits. Compiles the schema;
 /// use [`validate_args_with`] with a compiled validator on hot paths.
 pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsReport {
-    if let Some(report) = check_limits(args, limits) {
+    let canonical_len = crate::digest::canonical_len(args);
+    if let Some(report) = check_limits(args, canonical_len, limits) {
         return report;
     }
     match jsonschema::options()
         .should_validate_formats(true)
         .build(schema)
     {
-        Ok(v) => validate_args_with(&v, args, limits),
+        Ok(v) => validate_args_with(&v, args, canonical_len, limits),
         Err(e) => ArgsReport {
             violations: vec![Violation {
                 pointer: String::new(),
@@ -93,13 +94,15 @@ pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsR
     }
 }
 
-/// Validate args with a compiled schema, after the size and depth limits.
+/// Validate args with a compiled schema, after the size and depth limits; `canonical_len` is
+/// their canonical form's length ([`crate::digest::args_digest_sized`] gives it with the digest).
 pub fn validate_args_with(
     validator: &jsonschema::Validator,
     args: &Value,
+    canonical_len: usize,
     limits: &ArgsLimits,
 ) -> ArgsReport {
-    if let Some(report) = check_limits(args, limits) {
+    if let Some(report) = check_limits(args, canonical_len, limits) {
         return report;
     }
     // Valid args, the common case, build no error objects.
@@ -124,9 +127,8 @@ pub fn validate_args_with(
 }
 
 /// Size, depth and shape, checked before any schema work.
-fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
+fn check_limits(args: &Value, size: usize, limits: &ArgsLimits) -> Option<ArgsReport> {
     let mut violations = Vec::new();
-    let size = serialized_len(args);
     if size > limits.max_bytes {
         violations.push(Violation {
             pointer: String::new(),
@@ -159,25 +161,6 @@ fn check_limits(args: &Value, limits: &ArgsLimits) -> Option<ArgsReport> {
         });
     }
     (!violations.is_empty()).then_some(ArgsReport { violations })
-}
-
-/// The length of the args' compact JSON, counted as it is written: no copy of the args is made.
-fn serialized_len(args: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, args) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
 }
 
 /// Nesting depth without recursion, so hostile input cannot exhaust the stack.
@@ -227,14 +210,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_size_limit_counts_the_compact_json() {
-        for v in [
-            json!({}),
-            json!({"path": "a/b", "n": [1, 2.5, null, true], "s": "é\"\n\u{1F600}"}),
-            json!({"deep": {"er": {"est": ["x".repeat(300)]}}}),
-        ] {
-            assert_eq!(serialized_len(&v), serde_json::to_vec(&v).unwrap().len());
-        }
+    fn the_size_limit_counts_the_canonical_json() {
+        let limits = ArgsLimits {
+            max_bytes: 16,
+            max_depth: 64,
+        };
+        // `{"path":"a.txt"}` is 16 bytes; a key written out of order is counted in order.
+        assert!(validate_args(&schema(), &json!({"path": "a.txt"}), &limits).is_valid());
+        let r = validate_args(&schema(), &json!({"path": "ab.txt"}), &limits);
+        assert_eq!(r.violations[0].rule, "max-bytes");
+        assert_eq!(
+            r.violations[0].message,
+            "expected at most 16 bytes of args, found 17"
+        );
+        // 1.0 is written `1`, as its digest hashes it: 15 bytes, where `serde_json` writes 17.
+        let open = json!({"type": "object"});
+        assert!(validate_args(&open, &json!({"n": 1.0, "mm": 25}), &limits).is_valid());
     }
 
     fn schema() -> Value {

@@ -294,9 +294,10 @@ pub fn decide(
     }
 
     // Invariant 3: args before policy.
-    d.args_digest = digest::args_digest(&spec.args).ok();
+    let (args_digest, canonical_len) = digest::args_digest_sized(&spec.args);
+    d.args_digest = args_digest.ok();
     let report: ArgsReport = match &tool.input_validator {
-        Some(v) => validate_args_with(v, &spec.args, limits),
+        Some(v) => validate_args_with(v, &spec.args, canonical_len, limits),
         None => ArgsReport {
             violations: vec![Violation {
                 pointer: String::new(),

@@ -43,18 +43,53 @@ pub fn json_digest<T: serde::Serialize>(value: &T) -> Result<String, Canonicaliz
 /// `sha256:` digest of a call's args: [`json_digest`] of a `serde_json::Value`, canonicalized by
 /// [`canonical_value`] (every decision digests its call's args).
 pub fn args_digest(args: &Value) -> Result<String, CanonicalizeError> {
-    // Hashed as it is written: no buffer of the whole canonical form.
-    let mut hasher = HashWriter(Sha256::new());
-    write_canonical(&mut hasher, args)?;
-    Ok(prefixed_hex(&hasher.0.finalize().into()))
+    args_digest_sized(args).0
 }
 
-/// Feeds what is written to a SHA-256.
-struct HashWriter(Sha256);
+/// The args digest and the length of the canonical form it hashed, in one pass: a decision
+/// checks the args' size limit on the very bytes it digests.
+pub fn args_digest_sized(args: &Value) -> (Result<String, CanonicalizeError>, usize) {
+    // Hashed as it is written: no buffer of the whole canonical form.
+    let mut hasher = HashWriter {
+        sha: Sha256::new(),
+        len: 0,
+    };
+    match write_canonical(&mut hasher, args) {
+        Ok(()) => (Ok(prefixed_hex(&hasher.sha.finalize().into())), hasher.len),
+        Err(e) => (Err(e), usize::MAX),
+    }
+}
+
+/// The length of a value's canonical form, counted as it is written (`usize::MAX` for a value
+/// that has none).
+pub fn canonical_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match write_canonical(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Feeds what is written to a SHA-256, counting the bytes.
+struct HashWriter {
+    sha: Sha256,
+    len: usize,
+}
 
 impl std::io::Write for HashWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
+        self.sha.update(bytes);
+        self.len += bytes.len();
         Ok(bytes.len())
     }
 
@@ -181,9 +216,12 @@ mod tests {
         for n in [0, 1, 63, 64, 65, 255, 256, 257, 600, 2000] {
             let v =
                 json!({"a": "x".repeat(n), "b": ["y".repeat(n / 3), n], "c": {"d": "z".repeat(n)}});
+            let canonical = canonical_value(&v).unwrap();
+            assert_eq!(args_digest(&v).unwrap(), sha256(&canonical), "{n}");
+            let (digest, len) = args_digest_sized(&v);
             assert_eq!(
-                args_digest(&v).unwrap(),
-                sha256(&canonical_value(&v).unwrap()),
+                (digest.unwrap(), len, canonical_len(&v)),
+                (sha256(&canonical), canonical.len(), canonical.len()),
                 "{n}"
             );
         }
