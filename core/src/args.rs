@@ -83,7 +83,7 @@ pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsR
         .should_validate_formats(true)
         .build(schema)
     {
-        Ok(v) => validate_args_with(&v, args, canonical_len, limits),
+        Ok(v) => validate_sized_args_with(&v, args, canonical_len, limits),
         Err(e) => ArgsReport {
             violations: vec![Violation {
                 pointer: String::new(),
@@ -94,9 +94,20 @@ pub fn validate_args(schema: &Value, args: &Value, limits: &ArgsLimits) -> ArgsR
     }
 }
 
-/// Validate args with a compiled schema, after the size and depth limits; `canonical_len` is
-/// their canonical form's length ([`crate::digest::args_digest_sized`] gives it with the digest).
+/// Validate args with a compiled schema, after the size and depth limits.
 pub fn validate_args_with(
+    validator: &jsonschema::Validator,
+    args: &Value,
+    limits: &ArgsLimits,
+) -> ArgsReport {
+    let canonical_len = crate::digest::canonical_len(args);
+    validate_sized_args_with(validator, args, canonical_len, limits)
+}
+
+/// [`validate_args_with`] for a caller that already has the args' canonical length: a decision,
+/// which gets it from [`crate::digest::args_digest_sized`] with the digest. Not public, so no
+/// caller can hand the size limit a length of other bytes.
+pub(crate) fn validate_sized_args_with(
     validator: &jsonschema::Validator,
     args: &Value,
     canonical_len: usize,
@@ -215,7 +226,7 @@ mod tests {
             max_bytes: 16,
             max_depth: 64,
         };
-        // `{"path":"a.txt"}` is 16 bytes; a key written out of order is counted in order.
+        // `{"path":"a.txt"}` is 16 bytes.
         assert!(validate_args(&schema(), &json!({"path": "a.txt"}), &limits).is_valid());
         let r = validate_args(&schema(), &json!({"path": "ab.txt"}), &limits);
         assert_eq!(r.violations[0].rule, "max-bytes");
@@ -225,7 +236,22 @@ mod tests {
         );
         // 1.0 is written `1`, as its digest hashes it: 15 bytes, where `serde_json` writes 17.
         let open = json!({"type": "object"});
-        assert!(validate_args(&open, &json!({"n": 1.0, "mm": 25}), &limits).is_valid());
+        let args = json!({"n": 1.0, "mm": 25});
+        assert!(validate_args(&open, &args, &limits).is_valid());
+        // A compiled validator counts the same bytes, and so does a decision's sized path.
+        let compiled = jsonschema::validator_for(&open).unwrap();
+        assert!(validate_args_with(&compiled, &args, &limits).is_valid());
+        let too_long = json!({"n": 1.0, "mmmm": 25});
+        let r = validate_args_with(&compiled, &too_long, &limits);
+        assert_eq!(
+            r.violations[0].message,
+            "expected at most 16 bytes of args, found 17"
+        );
+        let (_, len) = crate::digest::args_digest_sized(&too_long);
+        assert_eq!(
+            validate_sized_args_with(&compiled, &too_long, len, &limits),
+            r
+        );
     }
 
     fn schema() -> Value {

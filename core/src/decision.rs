@@ -17,7 +17,7 @@ use toolgate_crds::{
 use crate::approval::{
     ApprovalSubject, DRY_RUN_VALID_SECONDS, DryRunEntry, check_approval, check_dry_run,
 };
-use crate::args::{ArgsLimits, ArgsReport, Violation, validate_args_with};
+use crate::args::{ArgsLimits, ArgsReport, Violation, validate_sized_args_with};
 use crate::cedar::{CedarCall, ToolPolicies};
 use crate::digest;
 use crate::principal::Principal;
@@ -297,7 +297,7 @@ pub fn decide(
     let (args_digest, canonical_len) = digest::args_digest_sized(&spec.args);
     d.args_digest = args_digest.ok();
     let report: ArgsReport = match &tool.input_validator {
-        Some(v) => validate_args_with(v, &spec.args, canonical_len, limits),
+        Some(v) => validate_sized_args_with(v, &spec.args, canonical_len, limits),
         None => ArgsReport {
             violations: vec![Violation {
                 pointer: String::new(),
