@@ -154,18 +154,9 @@ fn error_reference(message: &str) -> String {
     hex::encode(&h.finalize()[..4])
 }
 
-/// Read the machine code and field back from a status (clients and tests).
-pub fn status_code_and_field(status: &Status) -> (String, Option<String>) {
-    let details = status.get_error_details();
-    let code = details
-        .error_info()
-        .map(|i| i.reason.clone())
-        .unwrap_or_default();
-    let field = details
-        .bad_request()
-        .and_then(|b| b.field_violations.first().map(|v| v.field.clone()));
-    (code, field)
-}
+/// Read the machine code and field back from a status (clients and tests): the decoding is the
+/// API's contract, so it lives with the generated client.
+pub use toolgate_proto::status_code_and_field;
 
 #[cfg(test)]
 mod tests {

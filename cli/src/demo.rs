@@ -12,8 +12,8 @@ use toolgate_core::principal::Principal;
 use toolgate_local::broker::{CredentialBroker, FileBroker};
 use toolgate_proto::v1 as pb;
 
-use crate::client::{Client, call_summary, event_line, explanation_text};
-use crate::out::outln;
+use toolgate_client::outln;
+use toolgate_client::{Client, call_summary, event_line, explanation_text};
 
 /// The example manifests, built into the binary so the demo runs from anywhere.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -335,7 +335,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         },
     ));
     let url = format!("http://{addr}");
-    let plain = crate::client::Tls::default();
+    let plain = toolgate_client::Tls::default();
     let mut agent = Client::connect(&url, &agent_token, &plain).await?;
     let mut reviewer = Client::connect(&url, &reviewer_token, &plain).await?;
     let mut story = Story { seen: Vec::new() };

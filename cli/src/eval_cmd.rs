@@ -11,9 +11,9 @@ use toolgate_core::eval::{
 };
 use toolgate_core::registry::Registry;
 
-use crate::exit::EXIT_BAD_MANIFESTS;
-use crate::out::outln;
 use crate::policy_cmds::{load, parse_now};
+use toolgate_client::exit::EXIT_BAD_MANIFESTS;
+use toolgate_client::outln;
 
 /// Options of `toolgate eval`.
 #[derive(Debug, Clone, clap::Args)]

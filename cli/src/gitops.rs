@@ -9,9 +9,9 @@ use toolgate_core::policy_diff::RecordedCall;
 use toolgate_core::policy_test::{self, CaseResult, PolicyTestFile};
 use toolgate_core::registry::Registry;
 
-use crate::exit::EXIT_BAD_MANIFESTS;
-use crate::out::outln;
 use crate::policy_cmds::{Output, load, parse_now};
+use toolgate_client::exit::EXIT_BAD_MANIFESTS;
+use toolgate_client::outln;
 
 /// The policy test tables under a folder (`*.policytest.yaml`), in a stable order.
 fn test_files(dir: &Path) -> Vec<PathBuf> {

@@ -1,8 +1,8 @@
 //! `toolgate lint PATH...`: check manifests the way the API server would, and more.
 
-use crate::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use toolgate_client::outln;
 
 pub use toolgate_local::manifests::{lint_paths, linter};
 

@@ -1,23 +1,23 @@
-//! `toolgate`: the command line.
+//! `toolgate-full`: every command of the command line. The `toolgate` binary runs the API's
+//! client commands itself and this one, in its place, for the rest (see `client_main.rs`); run
+//! directly (`cargo run -p toolgate`), it does everything, the client commands too.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use toolgate_client as client;
 
-mod client;
 mod crds_cmd;
 mod demo;
 mod eval_cmd;
-mod exit;
 mod gitops;
 mod lint_cmd;
 mod local_cmd;
 mod mcp_cmd;
 mod mcp_http;
 mod mcp_serve;
-mod out;
 mod policy_cmds;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.
@@ -335,51 +335,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("toolgate: {}", error_chain(&e));
+            eprintln!("toolgate: {}", client::error_line(&e));
             ExitCode::from(1)
         }
-    }
-}
-
-/// An error and its causes in one line, each cause once: some libraries print their cause in
-/// their own message and report it as the source too ("tcp connect error: tcp connect error").
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
-            continue;
-        }
-        // A cause that repeats the previous one's text with more after it replaces it.
-        if !line.is_empty() && text.starts_with(line.rsplit(": ").next().unwrap_or_default()) {
-            let keep = line.len() - line.rsplit(": ").next().unwrap_or_default().len();
-            line.truncate(keep);
-            line.push_str(&text);
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::error_chain;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("tcp connect error: {0}")]
-    struct Connect(#[source] std::io::Error);
-
-    #[test]
-    fn each_cause_appears_once() {
-        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
-        let e = anyhow::Error::new(Connect(io)).context("connecting to http://127.0.0.1:1");
-        assert_eq!(
-            error_chain(&e),
-            "connecting to http://127.0.0.1:1: tcp connect error: Connection refused"
-        );
     }
 }

@@ -19,8 +19,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use toolgate_proto::v1 as pb;
 
-use crate::client::{Client, Conn};
 use crate::mcp_serve::{Gateway, ServeArgs};
+use toolgate_client::{Client, Conn};
 
 /// How long a token the API accepted is trusted without asking again.
 const TOKEN_TTL: Duration = Duration::from_secs(30);
@@ -140,7 +140,7 @@ pub fn run(conn: &Conn, args: ServeArgs, listen: SocketAddr) -> anyhow::Result<E
             .await
             .map_err(|e| anyhow::anyhow!("--listen {listen}: {e}"))?;
         let addr = listener.local_addr()?;
-        crate::out::outln!("toolgate mcp serve: streamable HTTP on http://{addr}/mcp");
+        toolgate_client::outln!("toolgate mcp serve: streamable HTTP on http://{addr}/mcp");
         axum::serve(listener, app)
             .with_graceful_shutdown(crate::local_cmd::shutdown_signal())
             .await?;

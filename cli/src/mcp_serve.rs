@@ -20,7 +20,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_proto::v1 as pb;
 
-use crate::client::{Client, Conn};
+use toolgate_client::{Client, Conn};
 
 /// The tool that reports on a call proposed earlier.
 const GET_CALL: &str = "toolgate.get_call";

@@ -16,9 +16,9 @@ use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
 use toolgate_crds::{ActionType, DecisionOutcome};
 
 use crate::lint_cmd::{lint_paths, linter};
-use crate::out::{out, outln};
+use toolgate_client::{out, outln};
 
-use crate::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
+use toolgate_client::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
 
 /// Output of the review commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -320,7 +320,7 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
 
 /// `toolgate view` against a running server, as the authenticated caller.
 pub fn view_remote(
-    conn: &crate::client::Conn,
+    conn: &toolgate_client::Conn,
     namespace: Option<&str>,
     intent: &str,
     action_type: Option<ActionType>,
@@ -339,7 +339,7 @@ pub fn view_remote(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut c = crate::client::Client::from_conn(conn).await?;
+        let mut c = toolgate_client::Client::from_conn(conn).await?;
         let view = c
             .view(pb::GetToolViewRequest {
                 namespace: namespace.unwrap_or_default().into(),

@@ -665,3 +665,70 @@ fn eval_prints_precision_recall_and_unsafe_exposure_and_catches_a_harmless_looki
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("[0].expect"), "{err}");
 }
+
+/// `toolgate` is two binaries that act as one: the client commands run in the small `toolgate`,
+/// everything else (help and version too) in `toolgate-full` beside it, by exec.
+#[test]
+fn the_client_binary_runs_the_client_commands_and_hands_everything_else_to_the_full_one() {
+    let full = env!("CARGO_BIN_EXE_toolgate-full");
+    let run = |bin: &str, args: &[&str]| {
+        std::os::unix::process::CommandExt::arg0(&mut Command::new(bin), "toolgate")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .expect("run")
+    };
+    // The same help, version and usage errors, whichever binary is started (the full one as the
+    // client binary execs it: under the name it was started by).
+    for args in [
+        &["--version"][..],
+        &["--help"],
+        &[],
+        &["call", "--help"],
+        &["call", "t"],
+        &["lint", "examples"],
+        &["nonsense"],
+    ] {
+        let (thin, whole) = (toolgate(args), run(full, args));
+        assert_eq!(thin.status.code(), whole.status.code(), "{args:?}");
+        assert_eq!(stdout(&thin), stdout(&whole), "{args:?}");
+        assert_eq!(thin.stderr, whole.stderr, "{args:?}");
+    }
+    assert!(stdout(&toolgate(&["--help"])).contains("Run the embedded runtime"));
+
+    // Alone in a folder, the client binary still runs a client command (here: to a port nobody
+    // listens on) and says what is missing for any other.
+    let alone = tempfile::tempdir().expect("tempdir");
+    let thin = alone.path().join("toolgate");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolgate"), &thin).expect("copy");
+    let thin = thin.to_str().expect("utf-8 path");
+    let call = run(
+        thin,
+        &[
+            "--server",
+            "http://127.0.0.1:1",
+            "--token",
+            "t",
+            "call",
+            "noop.true",
+            "--action",
+            "execute",
+            "--task",
+            "t",
+        ],
+    );
+    assert_eq!(call.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&call.stderr);
+    assert!(
+        err.starts_with("toolgate: connecting to http://127.0.0.1:1: "),
+        "{err}"
+    );
+    let lint = run(thin, &["lint", "examples"]);
+    assert_eq!(lint.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&lint.stderr);
+    assert!(
+        err.contains("this command is run by toolgate-full, expected beside this binary at")
+            && err.contains("cargo build -p toolgate"),
+        "{err}"
+    );
+}

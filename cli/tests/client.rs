@@ -290,7 +290,8 @@ async fn sandboxes_run_the_executor_of_this_very_build() {
         "{} is missing: build it first (cargo build -p toolgate-executor; tests/run.sh does)",
         small.display()
     );
-    // A folder of its own, as an installation would be: toolgate, and beside it an executor.
+    // A folder of its own, as an installation would be: toolgate (which runs `local` by exec of
+    // the toolgate-full beside it), and beside them an executor.
     let bin = root.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     let place = |from: &std::path::Path, to: &std::path::Path| {
@@ -300,6 +301,10 @@ async fn sandboxes_run_the_executor_of_this_very_build() {
         }
     };
     place(&built, &bin.join("toolgate"));
+    place(
+        &built.with_file_name("toolgate-full"),
+        &bin.join("toolgate-full"),
+    );
     let beside = bin.join("toolgate-executor");
     let stale = root.join("stale-executor");
     std::fs::write(
@@ -367,13 +372,13 @@ async fn sandboxes_run_the_executor_of_this_very_build() {
         beside.display()
     );
 
-    // `--executor builtin` runs the command's own, whatever is beside it.
+    // `--executor builtin` runs the command's own (toolgate-full's), whatever is beside it.
     let mut server = run(&["--executor", "builtin"]);
     let sandbox = sandbox_of_a_call(&server).await;
     server.stop();
     assert!(!sandbox.contains(&*beside.to_string_lossy()), "{sandbox}");
     assert!(
-        sandbox.contains(&*bin.join("toolgate").to_string_lossy()),
+        sandbox.contains(&*bin.join("toolgate-full").to_string_lossy()),
         "{sandbox}"
     );
 }

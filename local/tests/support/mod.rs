@@ -35,29 +35,33 @@ pub const CANARY: &str = "canary-credential-5d1e77b2";
 
 /// The `toolgate` binary: cargo's own when these suites are the command line's, else the one
 /// built beside the test binaries (`cargo test --workspace`, which tests/run.sh runs, builds
-/// it). A binary older than any source it is built from is refused: the suite would test old
-/// code.
+/// it). It runs `toolgate local` by exec of the `toolgate-full` beside it. A binary (of the two)
+/// older than any source it is built from is refused: the suite would test old code.
 pub fn toolgate_binary() -> PathBuf {
     if let Some(p) = option_env!("CARGO_BIN_EXE_toolgate") {
         return p.into();
     }
     let exe = std::env::current_exe().expect("the test binary");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("toolgate"))
-        .expect("target dir");
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
-                bin.display()
-            )
-        });
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("toolgate");
+    let built = [bin.clone(), dir.join("toolgate-full")]
+        .iter()
+        .map(|b| {
+            std::fs::metadata(b)
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
+                        b.display()
+                    )
+                })
+        })
+        .min()
+        .expect("two binaries");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut todo: Vec<PathBuf> = [
         "cli/src",
+        "clients/rust/src",
         "local/src",
         "api/src",
         "core/src",

@@ -1,10 +1,15 @@
-//! The command-line client of the gRPC API: `call`, `get`, `list`, `watch`, `approve`, `deny`,
-//! `cancel`, `explain`, `artifact`, and `view` against a running server.
+//! The Rust client of toolgate's gRPC API, and the command-line client commands built on it:
+//! `call`, `get`, `list`, `watch`, `approve`, `deny`, `cancel`, `explain`, `artifact`, `skill` and
+//! the delegation commands. The `toolgate` binary is these commands alone (a process an agent's
+//! shell starts for every call starts small); every other command is the full binary's.
+#![forbid(unsafe_code)]
+
+pub mod exit;
+pub mod out;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::out::{out, outln};
 use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;
@@ -540,8 +545,9 @@ pub enum ClientCommand {
     },
 }
 
-fn status_error(s: tonic::Status) -> anyhow::Error {
-    let (code, field) = toolgate_api::error::status_code_and_field(&s);
+/// A failed request as one line: the status, its stable code and field, and what broke.
+pub fn status_error(s: tonic::Status) -> anyhow::Error {
+    let (code, field) = toolgate_proto::status_code_and_field(&s);
     let mut msg = format!("{:?}: {}", s.code(), s.message());
     if !code.is_empty() {
         msg.push_str(&format!(" [{code}]"));
@@ -758,4 +764,47 @@ pub fn explanation_text(x: &pb::Explanation) -> String {
         s.push_str(&format!("  {} {}\n", e.time, event_line(e).trim_start()));
     }
     s
+}
+
+/// An error and its causes in one line, each cause once: some libraries print their cause in
+/// their own message and report it as the source too ("tcp connect error: tcp connect error").
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        // A cause that repeats the previous one's text with more after it replaces it.
+        if !line.is_empty() && text.starts_with(line.rsplit(": ").next().unwrap_or_default()) {
+            let keep = line.len() - line.rsplit(": ").next().unwrap_or_default().len();
+            line.truncate(keep);
+            line.push_str(&text);
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("tcp connect error: {0}")]
+    struct Connect(#[source] std::io::Error);
+
+    #[test]
+    fn each_cause_appears_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = anyhow::Error::new(Connect(io)).context("connecting to http://127.0.0.1:1");
+        assert_eq!(
+            error_line(&e),
+            "connecting to http://127.0.0.1:1: tcp connect error: Connection refused"
+        );
+    }
 }

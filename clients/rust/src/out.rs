@@ -17,14 +17,14 @@ pub fn write(args: std::fmt::Arguments<'_>) {
 }
 
 /// `print!` through [`write`].
+#[macro_export]
 macro_rules! out {
     ($($t:tt)*) => { $crate::out::write(format_args!($($t)*)) };
 }
 
 /// `println!` through [`write`].
+#[macro_export]
 macro_rules! outln {
     () => { $crate::out::write(format_args!("\n")) };
     ($($t:tt)*) => { $crate::out::write(format_args!("{}\n", format_args!($($t)*))) };
 }
-
-pub(crate) use {out, outln};
