@@ -2,7 +2,7 @@
 //! until the result is recorded: decision, sandbox, executor, artifacts, durable store), next to
 //! a bare sandbox spawn of `true` and a plain fork+exec of `true`, in one run, as ratios.
 //! Run: `cargo bench -p toolgate --bench roundtrip`. To compare builds, copy each build's
-//! `toolgate` and `toolgate-executor` into a folder of its own and run it with
+//! `toolgate`, `toolgate-full` and `toolgate-executor` into a folder of its own and run it with
 //! `ROUNDTRIP_COMPARE=old/toolgate,new/toolgate` (see [`compare`]).
 
 use std::ffi::OsString;
@@ -226,6 +226,14 @@ fn main() {
             g.cli.1,
             ratio(g.cli.0, bare_bwrap.0)
         );
+        if let Some(full) = g.cli_full {
+            println!(
+                "  `toolgate-full call … --watch`     {:>9.2?} / {:>9.2?}   {:.1}x bwrap --unshare-all (the binary with the runtime)",
+                full.0,
+                full.1,
+                ratio(full.0, bare_bwrap.0)
+            );
+        }
         println!("  where a governed round trip's time goes (median gap between its conditions):");
         for (step, gap) in &g.breakdown {
             println!("    {step:<44} {gap:>9.2?}");
@@ -312,6 +320,8 @@ struct Governed {
     unary: (Duration, Duration),
     round_trip: (Duration, Duration),
     cli: (Duration, Duration),
+    /// The same command run by `toolgate-full` (the binary with the runtime), when measured.
+    cli_full: Option<(Duration, Duration)>,
     breakdown: Vec<(String, Duration)>,
     /// Agents, calls/s, latency p50 and p99, CPU per call.
     throughput: Vec<(usize, f64, Duration, Duration, Duration)>,
@@ -343,13 +353,15 @@ impl Governed {
         let data = root.join(format!("data{}", extra.concat()));
         let toolgate = Path::new(env!("CARGO_BIN_EXE_toolgate"));
         let (mut server, addr) = start_local(toolgate, root, ws, &data, extra);
-        let figures = Governed::of(&addr, server.id());
+        let figures = Governed::of(&addr, server.id(), extra.is_empty());
         let _ = server.kill();
         let _ = server.wait();
         figures
     }
 
-    fn of(addr: &str, pid: u32) -> Governed {
+    /// The figures of the server `pid` on `addr`; with `full_cli`, also the CLI call run by
+    /// `toolgate-full`.
+    fn of(addr: &str, pid: u32, full_cli: bool) -> Governed {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -419,8 +431,8 @@ impl Governed {
         // The whole `toolgate call … --watch` process an agent's shell would run: client
         // start, connect, propose, watch to the end.
         // 200 runs: the p99 of fewer is their slowest.
-        let cli = fixtures::timed(200, 3, || {
-            let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        let cli_call = |binary: &str| {
+            let out = Command::new(binary)
                 .args(["--server", &format!("http://{addr}"), "--token", TOKEN])
                 .args(["call", "bench.true", "--args", "{}", "--action", "execute"])
                 .args(["--task", "bench", "--watch"])
@@ -431,7 +443,30 @@ impl Governed {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-        });
+        };
+        // With `full_cli`, the same command in the binary that also holds the runtime, the two
+        // taking turns call by call: what the small client binary saves, under the same load.
+        let binaries: &[&str] = if full_cli {
+            &[
+                env!("CARGO_BIN_EXE_toolgate"),
+                env!("CARGO_BIN_EXE_toolgate-full"),
+            ]
+        } else {
+            &[env!("CARGO_BIN_EXE_toolgate")]
+        };
+        let mut times = vec![Vec::with_capacity(200); binaries.len()];
+        for round in 0..203 {
+            for (binary, times) in binaries.iter().zip(&mut times) {
+                let started = Instant::now();
+                cli_call(binary);
+                if round >= 3 {
+                    times.push(started.elapsed());
+                }
+            }
+        }
+        let mut times = times.into_iter().map(fixtures::p50_p99);
+        let cli = times.next().expect("the client binary's times");
+        let cli_full = times.next();
         // Throughput: N agents, each on its own channel, proposing and watching in a loop. With
         // more agents than the cores can serve at once, calls queue and latency grows with them.
         let throughput = [4usize, 8, 32]
@@ -452,6 +487,7 @@ impl Governed {
             unary,
             round_trip: governed,
             cli,
+            cli_full,
             breakdown,
             throughput,
             cpu_per_call,
