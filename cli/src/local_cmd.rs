@@ -57,7 +57,10 @@ pub struct LocalArgs {
     /// executor already waiting inside, each given to exactly one call and destroyed after it.
     /// They are made on idle CPU time only (a cpu cgroup marked idle, where the machine lets
     /// the runtime make one) until a call takes one. 0 starts every sandbox when its call needs it.
-    #[arg(long, default_value_t = 2)]
+    /// Four: an agent's calls one after another outrun the refills (made only on idle time)
+    /// for a while, and a call that finds none waiting starts its sandbox cold; a waiting one
+    /// holds about 2.5 MB.
+    #[arg(long, default_value_t = 4)]
     pub warm_sandboxes: usize,
     /// The executor each sandbox runs: a `toolgate-executor` binary of this same build, or
     /// `builtin` for this binary's own `executor` command. Default: the `toolgate-executor`

@@ -122,15 +122,22 @@ fn cpu_idle_of(pid: i32) -> Option<String> {
     )
 }
 
-/// The two sandboxes a plan keeps waiting by default, once both are up (within 20 s).
-async fn two_waiting(data: &Path) -> BTreeSet<String> {
+/// Sandboxes a plan keeps waiting by default (`--warm-sandboxes`).
+const WARM_BY_DEFAULT: usize = 4;
+
+/// The sandboxes a plan keeps waiting by default, once all are up (within 20 s).
+async fn all_waiting(data: &Path) -> BTreeSet<String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut waiting = waiting_slots(data);
-    while waiting.len() < 2 && std::time::Instant::now() < deadline {
+    while waiting.len() < WARM_BY_DEFAULT && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
         waiting = waiting_slots(data);
     }
-    assert_eq!(waiting.len(), 2, "sandboxes waiting: {waiting:?}");
+    assert_eq!(
+        waiting.len(),
+        WARM_BY_DEFAULT,
+        "sandboxes waiting: {waiting:?}"
+    );
     waiting
 }
 
@@ -186,8 +193,8 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
     assert_eq!(left.phase, "Succeeded", "{:#?}", left.conditions);
     assert_eq!(left.output_preview, "left\n");
 
-    // After the first run of a plan, two sandboxes of it wait (the default).
-    let waiting = two_waiting(&data).await;
+    // After the first run of a plan, sandboxes of it wait (four, the default).
+    let waiting = all_waiting(&data).await;
     // Nothing of any call is in a waiting sandbox's folders: no spec, no credential, no output,
     // no artifact.
     for slot in &waiting {
@@ -255,7 +262,7 @@ async fn a_sandbox_started_ahead_waits_empty_runs_one_call_and_dies_with_the_run
 
     // SIGKILL of the runtime: the waiting sandboxes die with it (their parent-death signal).
     // The calls above took waiting sandboxes; wait for the refill so there is something to kill.
-    let before = two_waiting(&data).await;
+    let before = all_waiting(&data).await;
     server.kill9();
     let leftovers = || {
         Command::new("pgrep")
@@ -380,7 +387,7 @@ async fn nothing_a_tool_started_outlives_the_recorded_end_of_its_call() {
 async fn waiting_sandboxes_outlive_a_quiet_spell() {
     let (dir, _server, mut c) = after_one_look().await;
     let data = dir.path().join("data");
-    let waiting = two_waiting(&data).await;
+    let waiting = all_waiting(&data).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
         waiting_slots(&data),
@@ -404,9 +411,9 @@ async fn waiting_sandboxes_yield_the_cpu_and_the_one_given_a_call_does_not() {
     }
     let (dir, _server, mut c) = after_one_look().await;
     let data = dir.path().join("data");
-    two_waiting(&data).await;
+    all_waiting(&data).await;
     let executors = waiting_executors(&data);
-    assert_eq!(executors.len(), 2, "{executors:?}");
+    assert_eq!(executors.len(), WARM_BY_DEFAULT, "{executors:?}");
     for pid in executors {
         assert_eq!(
             cpu_idle_of(pid).as_deref(),
@@ -464,7 +471,7 @@ async fn a_tool_runs_under_the_sandbox_filters_once_and_they_refuse_a_fifo() {
 async fn run_files_whose_data_folder_is_gone_are_removed_by_the_next_runtime() {
     let (gone, mut server, _c) = after_one_look().await;
     let gone_runs = toolgate_local::default_run_folder(&gone.path().join("data"));
-    two_waiting(&gone.path().join("data")).await;
+    all_waiting(&gone.path().join("data")).await;
     let (kept, mut other, _c) = after_one_look().await;
     let kept_runs = toolgate_local::default_run_folder(&kept.path().join("data"));
     server.kill9();
@@ -507,7 +514,7 @@ async fn a_used_slots_empty_folders_are_kept_for_the_next_and_hold_nothing_of_it
     let slots = data.join("slots").display().to_string();
     let mut seen = BTreeSet::new();
     for _ in 0..4 {
-        let waiting = two_waiting(&data).await;
+        let waiting = all_waiting(&data).await;
         seen.extend(folder_inodes(&staging));
         seen.extend(folder_inodes(&spares));
         let (done, sandbox) = run(&mut c, "w.leave").await;
@@ -527,7 +534,7 @@ async fn a_used_slots_empty_folders_are_kept_for_the_next_and_hold_nothing_of_it
         assert!(!used.exists(), "{} is given back", used.display());
     }
     // The slots waiting now were made from folders that were there before: no folder made.
-    let waiting = two_waiting(&data).await;
+    let waiting = all_waiting(&data).await;
     for slot in &waiting {
         let (_, folder) = host_folders(&data, slot);
         let inode = std::fs::metadata(&folder).expect("its folder").ino();

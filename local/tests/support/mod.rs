@@ -35,64 +35,72 @@ pub const CANARY: &str = "canary-credential-5d1e77b2";
 
 /// The `toolgate` binary: cargo's own when these suites are the command line's, else the one
 /// built beside the test binaries (`cargo test --workspace`, which tests/run.sh runs, builds
-/// it). It runs `toolgate local` by exec of the `toolgate-full` beside it. A binary (of the two)
-/// older than any source it is built from is refused: the suite would test old code.
+/// it). It runs `toolgate local` by exec of the `toolgate-full` beside it. Either binary older
+/// than a source it is built from is refused: the suite would test old code.
 pub fn toolgate_binary() -> PathBuf {
     if let Some(p) = option_env!("CARGO_BIN_EXE_toolgate") {
         return p.into();
     }
     let exe = std::env::current_exe().expect("the test binary");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("toolgate");
-    let built = [bin.clone(), dir.join("toolgate-full")]
-        .iter()
-        .map(|b| {
-            std::fs::metadata(b)
-                .and_then(|m| m.modified())
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
-                        b.display()
-                    )
-                })
-        })
-        .min()
-        .expect("two binaries");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut todo: Vec<PathBuf> = [
-        "cli/src",
+    let client = [
         "clients/rust/src",
-        "local/src",
-        "api/src",
+        "cli/src/client_main.rs",
+        "proto",
         "core/src",
         "crds/src",
-        "sandbox/src",
-        "executor/src",
-        "broker/src",
-        "artifacts/src",
-        "proto",
-    ]
-    .iter()
-    .map(|d| root.join(d))
-    .collect();
+    ];
+    refuse_older(&dir.join("toolgate"), &client);
+    refuse_older(
+        &dir.join("toolgate-full"),
+        &[
+            "cli/src",
+            "clients/rust/src",
+            "local/src",
+            "api/src",
+            "core/src",
+            "crds/src",
+            "sandbox/src",
+            "executor/src",
+            "broker/src",
+            "artifacts/src",
+            "proto",
+        ],
+    );
+    dir.join("toolgate")
+}
+
+/// Panics when `bin` is missing or older than a file under `sources` (relative to the
+/// workspace).
+fn refuse_older(bin: &Path, sources: &[&str]) {
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build it first (cargo build -p toolgate; tests/run.sh does)",
+                bin.display()
+            )
+        });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut todo: Vec<PathBuf> = sources.iter().map(|d| root.join(d)).collect();
     while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if std::fs::metadata(&p)
+        if d.is_file() {
+            if std::fs::metadata(&d)
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t > built)
             {
                 panic!(
                     "{} is older than {}: rebuild it (cargo build -p toolgate) so the suite tests this code",
                     bin.display(),
-                    p.display()
+                    d.display()
                 );
             }
+            continue;
+        }
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            todo.push(e.path());
         }
     }
-    bin
 }
 
 pub fn examples() -> PathBuf {
