@@ -121,7 +121,20 @@ fn main() {
     // The built-in decision at 10k tools and 10k grants, the same loop as `cargo bench -p
     // toolgate-core --bench policy`, first: after the runtimes below, the kernel spends seconds
     // tearing down their sandboxes' namespaces on the same two cores.
-    let decision = fixtures::decision_percentiles(&fixtures::Scenario::new());
+    let scenario = fixtures::Scenario::new();
+    let decision = fixtures::decision_percentiles(&scenario);
+    // Beside it, the same decision with 1,000 Cedar ToolPolicy rules in the registry.
+    let with_cedar = scenario.with_cedar_rules();
+    let review = scenario.review();
+    let decision_cedar = fixtures::percentiles(20_000, || {
+        std::hint::black_box(toolgate_core::decision::decide_in(
+            &with_cedar,
+            &review,
+            &[],
+            scenario.now,
+            &scenario.limits,
+        ));
+    });
 
     // Plain fork+exec.
     let plain = fixtures::timed(300, 3, || {
@@ -250,11 +263,14 @@ fn main() {
         );
     }
     println!(
-        "built-in decision, {} tools and {} grants: p50 {:.2?} / p99 {:.2?}",
+        "built-in decision, {} tools and {} grants: p50 {:.2?} / p99 {:.2?}; with {} Cedar ToolPolicy rules beside them: p50 {:.2?} / p99 {:.2?}",
         fixtures::TOOLS,
         fixtures::GRANTS,
         decision.0,
-        decision.1
+        decision.1,
+        fixtures::CEDAR_POLICIES,
+        decision_cedar.0,
+        decision_cedar.1
     );
 
     // Every target of issue 18, from this one run (the defaults: warm sandboxes,

@@ -12,14 +12,16 @@ use criterion::Criterion;
 use serde_json::{Value, json};
 use toolgate_core::decision::{CallUnderReview, decide, decide_in};
 use toolgate_core::digest::{args_digest, json_digest, sha256};
-use toolgate_core::manifest::{Object, ObjectSet, Spec};
+use toolgate_core::manifest::Spec;
 use toolgate_core::principal::Principal;
-use toolgate_core::registry::{GrantEntry, Registry};
+use toolgate_core::registry::GrantEntry;
 use toolgate_core::view::{ViewRequest, compile_view};
 use toolgate_crds::ActionType;
 
 mod fixtures;
-use fixtures::{GRANTS, NS, Scenario, TOOLS, decision_percentiles, object, objects, percentiles};
+use fixtures::{
+    CEDAR_POLICIES, GRANTS, NS, Scenario, TOOLS, decision_percentiles, percentiles, tool_policies,
+};
 
 /// Counts this thread's allocations, so the bench can print what a decision allocates (a
 /// thread-local cell: about a nanosecond per allocation, no atomic).
@@ -59,41 +61,6 @@ fn allocations_per_run(n: u64, mut f: impl FnMut()) -> f64 {
         f();
     }
     (ALLOCATIONS.with(std::cell::Cell::get) - before) as f64 / n as f64
-}
-
-/// Cedar rules: 1,000 in ten ToolPolicies — one per tool for 995 tools (every tenth, and the
-/// benchmark call's), an argument condition each — and five that name no tool (evaluated for
-/// every call).
-const CEDAR_POLICIES: usize = 1_000;
-
-fn tool_policies(call_tool: &str) -> Vec<Object> {
-    let mut texts: Vec<String> = (0..CEDAR_POLICIES - 5)
-        .map(|k| {
-            let tool = if k == 0 {
-                call_tool.to_string()
-            } else {
-                format!("tool-{}", k * 10)
-            };
-            format!(
-                "forbid (principal, action == Action::\"{tool}\", resource) when {{ context.args.path like \"secret/*\" }};"
-            )
-        })
-        .collect();
-    texts
-        .extend((0..5).map(|k| {
-            format!("forbid (principal in Group::\"quarantine-{k}\", action, resource);")
-        }));
-    texts
-        .chunks(CEDAR_POLICIES / 10)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let spec = json!({"mode": "enforce", "policies": chunk.join("\n")});
-            object(
-                Spec::from_json("ToolPolicy", &spec).expect("policy"),
-                format!("rules-{i}"),
-            )
-        })
-        .collect()
 }
 
 fn args_64k() -> Value {
@@ -153,14 +120,7 @@ fn main() {
     // The same registry with 1,000 Cedar rules, and the plain alternative: one policy set of all
     // of them, evaluated whole for every call.
     let setup = Instant::now();
-    let mut with_rules = objects();
-    with_rules.extend(tool_policies(&tool_name));
-    let rc = Registry::from_objects(&ObjectSet::new(with_rules));
-    assert!(
-        rc.policy_problems().is_empty(),
-        "{:?}",
-        rc.policy_problems()
-    );
+    let rc = scenario.with_cedar_rules();
     println!(
         "setup: the same with {CEDAR_POLICIES} Cedar policies (schema of {TOOLS} actions, strict validation) in {:.2?}",
         setup.elapsed()
