@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Ok(cli) => match toolgate_client::run(&cli.conn, cli.command) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("toolgate: {}", toolgate_client::error_line(&e));
+                eprintln!("toolgate: {}", toolgate_client::error_line(e.as_ref()));
                 ExitCode::from(1)
             }
         },

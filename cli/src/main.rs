@@ -335,7 +335,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("toolgate: {}", client::error_line(&e));
+            eprintln!("toolgate: {}", client::error_line(e.as_ref()));
             ExitCode::from(1)
         }
     }

@@ -68,20 +68,6 @@ pub struct Tls {
     pub server_name: Option<String>,
 }
 
-/// An error with its causes, one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text = format!("{text}: {s_text}");
-        }
-        source = s.source();
-    }
-    text
-}
-
 /// What a broken connection most likely means for this process's one connection: set when it
 /// connects over TLS without a client certificate (a server requiring one closes the
 /// connection after the handshake, and the alert saying so does not reach the client's error).
@@ -186,7 +172,7 @@ impl Client {
             None => "the system's roots (give --ca)".to_string(),
         };
         let channel = endpoint.connect().await.map_err(|e| {
-            let detail = error_chain(&e);
+            let detail = error_line(&e);
             match tls_hint(&detail) {
                 Some(hint) => anyhow::anyhow!("connecting to {server}: {hint} [{ca}] ({detail})"),
                 None => anyhow::anyhow!("connecting to {server}: {detail}"),
@@ -557,7 +543,7 @@ pub fn status_error(s: tonic::Status) -> anyhow::Error {
     }
     // A transport failure (TLS 1.3 refuses a client certificate after the handshake): its causes.
     if let Some(source) = std::error::Error::source(&s) {
-        let detail = error_chain(source);
+        let detail = error_line(source);
         match tls_hint(&detail).or_else(|| TRANSPORT_HINT.get().copied()) {
             Some(hint) => msg.push_str(&format!(": {hint} ({detail})")),
             None => msg.push_str(&format!(" ({detail})")),
@@ -768,9 +754,10 @@ pub fn explanation_text(x: &pb::Explanation) -> String {
 
 /// An error and its causes in one line, each cause once: some libraries print their cause in
 /// their own message and report it as the source too ("tcp connect error: tcp connect error").
-pub fn error_line(e: &anyhow::Error) -> String {
+/// An `anyhow::Error` is given as `e.as_ref()`.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = String::new();
-    for cause in e.chain() {
+    for cause in std::iter::successors(Some(e), |cause| cause.source()) {
         let text = cause.to_string();
         if text.is_empty() || line.contains(&text) {
             continue;
@@ -803,7 +790,7 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
         let e = anyhow::Error::new(Connect(io)).context("connecting to http://127.0.0.1:1");
         assert_eq!(
-            error_line(&e),
+            error_line(e.as_ref()),
             "connecting to http://127.0.0.1:1: tcp connect error: Connection refused"
         );
     }

@@ -43,6 +43,7 @@ pub fn toolgate_binary() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("the test binary");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    // The client binary links the client and the API's types; the full one all of it.
     let client = [
         "clients/rust/src",
         "cli/src/client_main.rs",
@@ -51,21 +52,18 @@ pub fn toolgate_binary() -> PathBuf {
         "crds/src",
     ];
     refuse_older(&dir.join("toolgate"), &client);
+    let runtime = [
+        "cli/src",
+        "local/src",
+        "api/src",
+        "sandbox/src",
+        "executor/src",
+        "broker/src",
+        "artifacts/src",
+    ];
     refuse_older(
         &dir.join("toolgate-full"),
-        &[
-            "cli/src",
-            "clients/rust/src",
-            "local/src",
-            "api/src",
-            "core/src",
-            "crds/src",
-            "sandbox/src",
-            "executor/src",
-            "broker/src",
-            "artifacts/src",
-            "proto",
-        ],
+        &[&client[..], &runtime].concat(),
     );
     dir.join("toolgate")
 }
