@@ -702,29 +702,48 @@ impl Drop for Everything {
 }
 
 fn everything_over_http(node: &Path) -> Everything {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let child = Command::new(node.join("node_modules/.bin/mcp-server-everything"))
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server-everything starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "server-everything did not listen"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
+    // The port is free when picked but not held: another process may take it before the server
+    // binds, and then the server exits. That start is tried again on another port; a server that
+    // is up but never listens fails the test with what it printed.
+    let mut exits = Vec::new();
+    for _ in 0..3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let mut child = Command::new(node.join("node_modules/.bin/mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log"))
+            .spawn()
+            .expect("server-everything starts");
+        let printed = || std::fs::read_to_string(log.path()).unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Everything {
+                    child,
+                    url: format!("http://127.0.0.1:{port}/mcp"),
+                };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                exits.push(format!("port {port}: {status}: {}", printed()));
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "server-everything did not listen on {port} in 30 s: {}",
+                    printed()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
-    Everything {
-        child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
-    }
+    panic!("server-everything exited before listening, three times: {exits:#?}");
 }
 
 /// A reviewer's `tools/list` of a server (the Python SDK), saved where normalize reads it.
