@@ -16,7 +16,7 @@ use futures::StreamExt;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
 
-// The decision benches' generated registry, so this one run prints every figure of issue 18.
+// The decision benches' generated registry, so this one run prints the decision beside the round trip.
 #[path = "../../core/benches/fixtures/mod.rs"]
 mod fixtures;
 
@@ -273,10 +273,10 @@ fn main() {
         decision_cedar.1
     );
 
-    // Every target of issue 18, from this one run (the defaults: warm sandboxes,
-    // toolgate-executor).
+    // The embedded runtime's performance targets, from this one run (the defaults: warm
+    // sandboxes, toolgate-executor).
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
-    println!("issue 18's targets, this run:");
+    println!("the embedded runtime's targets, this run:");
     let cli_ratio = ratio(warm.cli.0, bare_bwrap.0);
     println!(
         "  whole `toolgate call … --watch` p50 ≤ 15 ms, p99 ≤ 25 ms, ≤ 3.5x bare bwrap: {:.2?} / {:.2?}, {cli_ratio:.1}x   {}",

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use toolgate_client as client;
 
 mod crds_cmd;
@@ -19,6 +19,7 @@ mod mcp_cmd;
 mod mcp_http;
 mod mcp_serve;
 mod policy_cmds;
+mod reference;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.
 #[derive(Parser)]
@@ -37,6 +38,13 @@ enum Command {
         /// Write `<plural>.toolgate.dev.yaml` files into this folder instead of printing.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Write the reference pages generated from the code (every CRD field, command and flag,
+    /// the gRPC API, condition types and reasons, exit codes) into a folder.
+    Reference {
+        /// The folder (the repository keeps them in `docs/reference`).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Check manifests (files or folders, multi-document YAML) against the CRD schemas and
     /// toolgate's rules. Reports every problem; exits 1 if any is an error.
@@ -238,6 +246,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds { out } => crds_cmd::run(out.as_deref()),
+        Command::Reference { out } => reference::run(&Cli::command(), &out),
         Command::Lint { paths, output } => lint_cmd::run(&paths, output),
         Command::Check {
             manifests,

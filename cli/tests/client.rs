@@ -395,3 +395,46 @@ async fn sandbox_of_a_call(server: &Server) -> String {
     .await;
     explain(&mut c, &done.id).await.sandbox_json
 }
+
+/// The Rust client's example agent loop (`clients/rust/examples/agent_loop.rs`, built by `cargo
+/// test` beside this suite) against a real runtime: the model's tool call becomes a governed call
+/// and the recorded result goes back to it.
+#[test]
+fn the_rust_example_agent_loop_runs_a_governed_call() {
+    let examples = std::path::Path::new(env!("CARGO_BIN_EXE_toolgate"))
+        .parent()
+        .expect("the target folder")
+        .join("examples/agent_loop");
+    assert!(
+        examples.exists(),
+        "{} is built by `cargo test` (or `cargo build -p toolgate-client --examples`)",
+        examples.display()
+    );
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("workspace/src/serializer.ts"),
+        "export const formatDate = (d: Date) => d.toISOString();\n",
+    )
+    .expect("the file the scripted model reads");
+    let server = Server::start(dir.path());
+    let out = Command::new(&examples)
+        .args([format!("http://{}", server.addr), AGENT.to_string()])
+        .output()
+        .expect("the example runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let messages: serde_json::Value = serde_json::from_str(&text).expect("JSON messages");
+    let tool = &messages[2];
+    assert_eq!(tool["role"], "tool", "{messages}");
+    assert!(
+        tool["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("formatDate")),
+        "{messages}"
+    );
+    assert_eq!(messages[3]["role"], "assistant");
+}

@@ -150,7 +150,8 @@ impl fmt::Display for RiskSeverity {
     }
 }
 
-/// The permission tier of DESIGN.md, computed by toolgate from action types and effects.
+/// The permission tier (L0 pure read … L5 destructive or admin), computed by toolgate from action
+/// types and effects.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
 )]

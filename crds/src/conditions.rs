@@ -20,184 +20,222 @@ pub const CALL_CHAIN: [&str; 12] = [
     STATE_UPDATED,
 ];
 
-/// The call was received and recorded.
-pub const TOOL_CALL_REQUESTED: &str = "ToolCallRequested";
-/// The args satisfied the tool's input schema.
-pub const ARGS_VALIDATED: &str = "ArgsValidated";
-/// The policy decided.
-pub const POLICY_CHECKED: &str = "PolicyChecked";
-/// A human approval was requested.
-pub const APPROVAL_REQUESTED: &str = "ApprovalRequested";
-/// A bound approval was granted.
-pub const APPROVAL_GRANTED: &str = "ApprovalGranted";
-/// The sandbox was resolved and prepared.
-pub const SANDBOX_PREPARED: &str = "SandboxPrepared";
-/// The credential was brokered into the sandbox.
-pub const CREDENTIALS_BOUND: &str = "CredentialsBound";
-/// The executor started.
-pub const STARTED: &str = "Started";
-/// The executor finished.
-pub const FINISHED: &str = "Finished";
-/// The result passed its verifier.
-pub const RESULT_VALIDATED: &str = "ResultValidated";
-/// The full output was stored.
-pub const ARTIFACT_PERSISTED: &str = "ArtifactPersisted";
-/// toolgate recorded the final state.
-pub const STATE_UPDATED: &str = "StateUpdated";
-/// The call was cancelled (outside the chain: it can end the call at any step).
-pub const CANCELLED: &str = "Cancelled";
-/// The call's leased credential was revoked in its broker once the call ended (outside the
-/// chain: set after the end, `False` while a revocation is being retried).
-pub const CREDENTIALS_REVOKED: &str = "CredentialsRevoked";
+/// A documented name: a condition type, or a reason and the conditions it is given on. The
+/// tables below are what the generated reference (`docs/reference/conditions.md`) lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Documented {
+    /// The name as it appears in a status.
+    pub name: &'static str,
+    /// For a reason, the condition (or conditions) it is given on; empty for a type.
+    pub on: &'static str,
+    /// What it means (the constant's doc comment).
+    pub doc: &'static str,
+}
 
-/// Ready condition of policies and bindings.
-pub const READY: &str = "Ready";
-/// Active condition of grants.
-pub const ACTIVE: &str = "Active";
+/// Declares each constant with its doc comment and lists them all, with the comment, in `ALL`.
+macro_rules! documented {
+    ($vis:vis const $all:ident; $( $(#[doc = $doc:literal])* $name:ident = $value:literal; )*) => {
+        $( $(#[doc = $doc])* pub const $name: &str = $value; )*
+        /// Every constant above, with its doc comment.
+        $vis const $all: &[Documented] = &[
+            $( Documented { name: $value, on: "", doc: concat!($($doc, "\n"),*) }, )*
+        ];
+    };
+    ($vis:vis const $all:ident; $( $on:literal { $( $(#[doc = $doc:literal])* $name:ident = $value:literal; )* } )*) => {
+        $( $( $(#[doc = $doc])* pub const $name: &str = $value; )* )*
+        /// Every reason above, with the condition it is given on and its doc comment.
+        $vis const $all: &[Documented] = &[
+            $( $( Documented { name: $value, on: $on, doc: concat!($($doc, "\n"),*) }, )* )*
+        ];
+    };
+}
+
+documented! {
+    pub const CONDITION_TYPES;
+    /// The call was received and recorded.
+    TOOL_CALL_REQUESTED = "ToolCallRequested";
+    /// The args satisfied the tool's input schema.
+    ARGS_VALIDATED = "ArgsValidated";
+    /// The policy decided.
+    POLICY_CHECKED = "PolicyChecked";
+    /// A human approval was requested.
+    APPROVAL_REQUESTED = "ApprovalRequested";
+    /// A bound approval was granted.
+    APPROVAL_GRANTED = "ApprovalGranted";
+    /// The sandbox was resolved and prepared.
+    SANDBOX_PREPARED = "SandboxPrepared";
+    /// The credential was brokered into the sandbox.
+    CREDENTIALS_BOUND = "CredentialsBound";
+    /// The executor started.
+    STARTED = "Started";
+    /// The executor finished.
+    FINISHED = "Finished";
+    /// The result passed its verifier.
+    RESULT_VALIDATED = "ResultValidated";
+    /// The full output was stored.
+    ARTIFACT_PERSISTED = "ArtifactPersisted";
+    /// toolgate recorded the final state.
+    STATE_UPDATED = "StateUpdated";
+    /// The call was cancelled (outside the chain: it can end the call at any step).
+    CANCELLED = "Cancelled";
+    /// The call's leased credential was revoked in its broker once the call ended (outside the
+    /// chain: set after the end, `False` while a revocation is being retried).
+    CREDENTIALS_REVOKED = "CredentialsRevoked";
+    /// Ready condition of policies and bindings.
+    READY = "Ready";
+    /// Active condition of grants.
+    ACTIVE = "Active";
+}
 
 /// Every reason a toolgate condition gives, by the condition it belongs to. Nothing else spells
 /// one; a reason derived from a decision's code (`grant-matched` → `GrantMatched`) is made by
 /// `toolgate_core::lifecycle::camel`.
 pub mod reason {
-    // ToolCallRequested
-    /// The call was received and recorded.
-    pub const ACCEPTED: &str = "Accepted";
+    use super::Documented;
 
-    // ArgsValidated
-    /// The args match the input schema.
-    pub const SCHEMA_OK: &str = "SchemaOk";
-    /// The args break the input schema.
-    pub const ARGS_INVALID: &str = "ArgsInvalid";
-
-    // PolicyChecked
-    /// The policy allows the call.
-    pub const ALLOWED: &str = "Allowed";
-    /// The policy allows the call once a human approves it.
-    pub const APPROVAL_REQUIRED: &str = "ApprovalRequired";
-
-    // ApprovalRequested
-    /// Waiting for a bound approval.
-    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
-    /// The tool's descriptor changed while the call waited.
-    pub const TOOL_CHANGED: &str = "ToolChanged";
-
-    // ApprovalGranted
-    /// A bound approval was given.
-    pub const APPROVED: &str = "Approved";
-    /// An approver denied the call.
-    pub const DENIED_BY_APPROVER: &str = "DeniedByApprover";
-    /// An L5 call is approved once and waits for its second confirmation (a second approver or
-    /// a dry run, as its tool asks).
-    pub const AWAITING_CONFIRMATION: &str = "AwaitingConfirmation";
-
-    // SandboxPrepared
-    /// The sandbox policy resolved into a sandbox (a pod or a local sandbox).
-    pub const RESOLVED: &str = "Resolved";
-    /// The sandbox policy cannot be honoured here.
-    pub const SANDBOX_REFUSED: &str = "SandboxRefused";
-    /// The runtime could not set the sandbox up (files, folders).
-    pub const SANDBOX_SETUP_FAILED: &str = "SandboxSetupFailed";
-    /// The tool names no sandbox policy, or the policy does not exist.
-    pub const SANDBOX_POLICY_MISSING: &str = "SandboxPolicyMissing";
-    /// The tool is gone.
-    pub const TOOL_MISSING: &str = "ToolMissing";
-    /// The workspace PersistentVolumeClaim the policy names does not exist.
-    pub const WORKSPACE_CLAIM_MISSING: &str = "WorkspaceClaimMissing";
-    /// The RuntimeClass the policy names does not exist.
-    pub const RUNTIME_CLASS_MISSING: &str = "RuntimeClassMissing";
-
-    // CredentialsBound
-    /// The tool uses no credential.
-    pub const NOT_REQUIRED: &str = "NotRequired";
-    /// The credential was brokered into the sandbox.
-    pub const BROKERED: &str = "Brokered";
-    /// The broker could not issue the credential.
-    pub const BROKER_FAILED: &str = "BrokerFailed";
-    /// The broker (Vault) could not be reached, is sealed or did not answer in time; nothing
-    /// was started (also on Ready of a binding and on CredentialsRevoked).
-    pub const BROKER_UNAVAILABLE: &str = "BrokerUnavailable";
-    /// The broker refused: a path the broker's identity may not read, or a login refused (also
-    /// on Ready of a binding and on CredentialsRevoked).
-    pub const BROKER_FORBIDDEN: &str = "BrokerForbidden";
-    /// The credential binding does not exist.
-    pub const BINDING_MISSING: &str = "BindingMissing";
-
-    // CredentialsRevoked
-    /// The lease of the call's credential was revoked.
-    pub const LEASE_REVOKED: &str = "LeaseRevoked";
-    /// Revoking the lease failed; it is retried with backoff.
-    pub const REVOKE_FAILED: &str = "RevokeFailed";
-
-    // Started
-    /// The executor was started (in the local sandbox, or its pod was created).
-    pub const EXECUTOR_STARTED: &str = "ExecutorStarted";
-    /// A delegation: no sandbox of its own; its subagent acts with a token scoped to it.
-    pub const DELEGATED: &str = "Delegated";
-    /// toolgate stopped while the call ran (also on Finished).
-    pub const INTERRUPTED: &str = "Interrupted";
-
-    // Finished
-    /// The tool ended well.
-    pub const COMPLETED: &str = "Completed";
-    /// The tool ended with an error.
-    pub const TOOL_FAILED: &str = "ToolFailed";
-    /// The executor gave no result.
-    pub const EXECUTOR_FAILED: &str = "ExecutorFailed";
-    /// The call's pod disappeared before it reported.
-    pub const POD_MISSING: &str = "PodMissing";
-
-    // ResultValidated
-    /// The verifier checks passed.
-    pub const VERIFIED: &str = "Verified";
-    /// A verifier check failed.
-    pub const VERIFIER_FAILED: &str = "VerifierFailed";
-    /// No verifier; the result fits its bounds.
-    pub const BOUNDED: &str = "Bounded";
-
-    // ArtifactPersisted
-    /// The full output was stored.
-    pub const STORED: &str = "Stored";
-    /// There was no output to store.
-    pub const NO_ARTIFACTS: &str = "NoArtifacts";
-
-    // StateUpdated
-    /// The call succeeded.
-    pub const SUCCEEDED: &str = "Succeeded";
-    /// The call failed.
-    pub const FAILED: &str = "Failed";
-    /// The call was denied.
-    pub const DENIED: &str = "Denied";
-
-    // Cancelled
-    /// Someone cancelled the call.
-    pub const CANCELLED_BY_USER: &str = "CancelledByUser";
-
-    // Ready (SandboxPolicy, CredentialBinding)
-    /// The object is usable.
-    pub const VALID: &str = "Valid";
-    /// The binding's broker answers for it.
-    pub const BROKERABLE: &str = "Brokerable";
-
-    // Ready (ToolPolicy)
-    /// Every policy parses, forbids and type-checks against the namespace's tools.
-    pub const COMPILED: &str = "Compiled";
-    /// A policy does not compile; the calls it names are refused until it is fixed (enforce).
-    pub const POLICY_INVALID: &str = "PolicyInvalid";
-    /// A shadow ToolPolicy would have forbidden a call (an Event on the call).
-    pub const SHADOW_FORBID: &str = "ShadowForbid";
-
-    // Active (ToolGrant)
-    /// The grant is in force.
-    pub const ACTIVE: &str = "Active";
-    /// The grant's window has not begun.
-    pub const NOT_YET_VALID: &str = "NotYetValid";
-    /// The grant's window has ended.
-    pub const EXPIRED: &str = "Expired";
-    /// The grant was revoked.
-    pub const REVOKED: &str = "Revoked";
-    /// The grant's budget is spent (also on PolicyChecked or ApprovalGranted of a call refused
-    /// for it).
-    pub const BUDGET_EXHAUSTED: &str = "BudgetExhausted";
+    documented! {
+        pub const ALL;
+        "ToolCallRequested" {
+            /// The call was received and recorded.
+            ACCEPTED = "Accepted";
+        }
+        "ArgsValidated" {
+            /// The args match the input schema.
+            SCHEMA_OK = "SchemaOk";
+            /// The args break the input schema.
+            ARGS_INVALID = "ArgsInvalid";
+        }
+        "PolicyChecked" {
+            /// The policy allows the call.
+            ALLOWED = "Allowed";
+            /// The policy allows the call once a human approves it.
+            APPROVAL_REQUIRED = "ApprovalRequired";
+        }
+        "ApprovalRequested" {
+            /// Waiting for a bound approval.
+            AWAITING_APPROVAL = "AwaitingApproval";
+            /// The tool's descriptor changed while the call waited.
+            TOOL_CHANGED = "ToolChanged";
+        }
+        "ApprovalGranted" {
+            /// A bound approval was given.
+            APPROVED = "Approved";
+            /// An approver denied the call.
+            DENIED_BY_APPROVER = "DeniedByApprover";
+            /// An L5 call is approved once and waits for its second confirmation (a second approver or
+            /// a dry run, as its tool asks).
+            AWAITING_CONFIRMATION = "AwaitingConfirmation";
+        }
+        "SandboxPrepared" {
+            /// The sandbox policy resolved into a sandbox (a pod or a local sandbox).
+            RESOLVED = "Resolved";
+            /// The sandbox policy cannot be honoured here.
+            SANDBOX_REFUSED = "SandboxRefused";
+            /// The runtime could not set the sandbox up (files, folders).
+            SANDBOX_SETUP_FAILED = "SandboxSetupFailed";
+            /// The tool names no sandbox policy, or the policy does not exist.
+            SANDBOX_POLICY_MISSING = "SandboxPolicyMissing";
+            /// The tool is gone.
+            TOOL_MISSING = "ToolMissing";
+            /// The workspace PersistentVolumeClaim the policy names does not exist.
+            WORKSPACE_CLAIM_MISSING = "WorkspaceClaimMissing";
+            /// The RuntimeClass the policy names does not exist.
+            RUNTIME_CLASS_MISSING = "RuntimeClassMissing";
+        }
+        "CredentialsBound" {
+            /// The tool uses no credential.
+            NOT_REQUIRED = "NotRequired";
+            /// The credential was brokered into the sandbox.
+            BROKERED = "Brokered";
+            /// The broker could not issue the credential.
+            BROKER_FAILED = "BrokerFailed";
+            /// The broker (Vault) could not be reached, is sealed or did not answer in time; nothing
+            /// was started (also on Ready of a binding and on CredentialsRevoked).
+            BROKER_UNAVAILABLE = "BrokerUnavailable";
+            /// The broker refused: a path the broker's identity may not read, or a login refused (also
+            /// on Ready of a binding and on CredentialsRevoked).
+            BROKER_FORBIDDEN = "BrokerForbidden";
+            /// The credential binding does not exist.
+            BINDING_MISSING = "BindingMissing";
+        }
+        "CredentialsRevoked" {
+            /// The lease of the call's credential was revoked.
+            LEASE_REVOKED = "LeaseRevoked";
+            /// Revoking the lease failed; it is retried with backoff.
+            REVOKE_FAILED = "RevokeFailed";
+        }
+        "Started" {
+            /// The executor was started (in the local sandbox, or its pod was created).
+            EXECUTOR_STARTED = "ExecutorStarted";
+            /// A delegation: no sandbox of its own; its subagent acts with a token scoped to it.
+            DELEGATED = "Delegated";
+            /// toolgate stopped while the call ran (also on Finished).
+            INTERRUPTED = "Interrupted";
+        }
+        "Finished" {
+            /// The tool ended well.
+            COMPLETED = "Completed";
+            /// The tool ended with an error.
+            TOOL_FAILED = "ToolFailed";
+            /// The executor gave no result.
+            EXECUTOR_FAILED = "ExecutorFailed";
+            /// The call's pod disappeared before it reported.
+            POD_MISSING = "PodMissing";
+        }
+        "ResultValidated" {
+            /// The verifier checks passed.
+            VERIFIED = "Verified";
+            /// A verifier check failed.
+            VERIFIER_FAILED = "VerifierFailed";
+            /// No verifier; the result fits its bounds.
+            BOUNDED = "Bounded";
+        }
+        "ArtifactPersisted" {
+            /// The full output was stored.
+            STORED = "Stored";
+            /// There was no output to store.
+            NO_ARTIFACTS = "NoArtifacts";
+        }
+        "StateUpdated" {
+            /// The call succeeded.
+            SUCCEEDED = "Succeeded";
+            /// The call failed.
+            FAILED = "Failed";
+            /// The call was denied.
+            DENIED = "Denied";
+        }
+        "Cancelled" {
+            /// Someone cancelled the call.
+            CANCELLED_BY_USER = "CancelledByUser";
+        }
+        "Ready (SandboxPolicy, CredentialBinding)" {
+            /// The object is usable.
+            VALID = "Valid";
+            /// The binding's broker answers for it.
+            BROKERABLE = "Brokerable";
+        }
+        "Ready (ToolPolicy)" {
+            /// Every policy parses, forbids and type-checks against the namespace's tools.
+            COMPILED = "Compiled";
+            /// A policy does not compile; the calls it names are refused until it is fixed (enforce).
+            POLICY_INVALID = "PolicyInvalid";
+            /// A shadow ToolPolicy would have forbidden a call (an Event on the call).
+            SHADOW_FORBID = "ShadowForbid";
+        }
+        "Active (ToolGrant)" {
+            /// The grant is in force.
+            ACTIVE = "Active";
+            /// The grant's window has not begun.
+            NOT_YET_VALID = "NotYetValid";
+            /// The grant's window has ended.
+            EXPIRED = "Expired";
+            /// The grant was revoked.
+            REVOKED = "Revoked";
+            /// The grant's budget is spent (also on PolicyChecked or ApprovalGranted of a call refused
+            /// for it).
+            BUDGET_EXHAUSTED = "BudgetExhausted";
+        }
+    }
 }
 
 /// Set a condition in a list, by type: its transition time is kept while its status stays the

@@ -76,7 +76,7 @@ fn write_result(args: &Args, result: &CallResult) {
     let _ = writeln!(out, "{json}").and_then(|()| out.flush());
 }
 
-/// Run the call described by `args`; the exit code says how it ended (README).
+/// Run the call described by `args`; the exit code says how it ended (`spec::EXIT_CODES`).
 /// Confine this process (and so the tool) to the spec's filesystem rules plus what the executor
 /// itself reads and writes: the spec, the credentials, the result file, a local artifact folder.
 /// Before any thread starts, so every thread is confined.
@@ -153,7 +153,7 @@ pub fn main(args: &Args) -> ExitCode {
     // environment (the artifact store's keys in a pod) and memory through /proc.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("toolgate-executor: cannot make the process non-dumpable: {e}");
-        return ExitCode::from(70);
+        return ExitCode::from(crate::spec::Exit::RUNTIME.code);
     }
     if args.wait_for_go {
         // What does not depend on the call is done before it comes.
@@ -176,7 +176,7 @@ pub fn main(args: &Args) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolgate-executor: cannot start the runtime: {e}");
-            return ExitCode::from(70);
+            return ExitCode::from(crate::spec::Exit::RUNTIME.code);
         }
     };
     // The artifact store finishes each artifact on a blocking thread: one made now, while the
@@ -207,7 +207,7 @@ pub fn main(args: &Args) -> ExitCode {
                     limit.as_millis()
                 );
                 // Not a return: dropping the runtime would wait for the stuck blocking task.
-                std::process::exit(70);
+                std::process::exit(crate::spec::Exit::RUNTIME.code.into());
             }
         }
     });

@@ -76,38 +76,149 @@ pub enum ExecError {
     Terminated,
 }
 
+/// One way the executor ends: its process exit code, the stable code its result's error carries,
+/// and what it means. [`EXIT_CODES`] lists them all (the generated reference prints it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// The process exit code.
+    pub code: u8,
+    /// The result's `error.code` (empty when the executor writes no error).
+    pub error_code: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+}
+
+impl Exit {
+    /// The call ran; its result says how it went.
+    pub const RAN: Exit = Exit {
+        code: 0,
+        error_code: "",
+        meaning: "the call ran; the result says how it went (including tool failures and timeouts)",
+    };
+    /// The command line was not understood.
+    pub const USAGE: Exit = Exit {
+        code: 2,
+        error_code: "",
+        meaning: "bad command line",
+    };
+    /// A template cannot be rendered from the args.
+    pub const TEMPLATE: Exit = Exit {
+        code: 65,
+        error_code: "template",
+        meaning: "a template cannot be rendered from the args (a missing arg, a value that would be an option, …)",
+    };
+    /// The spec file is missing or unreadable.
+    pub const SPEC_UNREADABLE: Exit = Exit {
+        code: 66,
+        error_code: "spec-unreadable",
+        meaning: "the spec file is missing or unreadable",
+    };
+    /// The spec is not valid JSON of the expected shape.
+    pub const SPEC_INVALID: Exit = Exit {
+        code: 67,
+        error_code: "spec-invalid",
+        meaning: "the spec is not valid JSON of the expected shape (the message names the field)",
+    };
+    /// The spec is of another version.
+    pub const SPEC_VERSION: Exit = Exit {
+        code: 68,
+        error_code: "spec-version",
+        meaning: "the spec's `apiVersion` is not the one this executor reads",
+    };
+    /// The artifact store cannot be opened.
+    pub const ARTIFACT_STORE: Exit = Exit {
+        code: 69,
+        error_code: "artifact-store",
+        meaning: "the artifact store cannot be opened",
+    };
+    /// An upload to the artifact store failed.
+    pub const ARTIFACT_UPLOAD: Exit = Exit {
+        code: 69,
+        error_code: "artifact-upload",
+        meaning: "storing an artifact failed",
+    };
+    /// The executor could not start its own runtime, or outlived its lifetime.
+    pub const RUNTIME: Exit = Exit {
+        code: 70,
+        error_code: "",
+        meaning: "the executor could not start its runtime, or was still running past its lifetime (no result)",
+    };
+    /// A credential file is missing or unreadable.
+    pub const CREDENTIAL: Exit = Exit {
+        code: 71,
+        error_code: "credential-unreadable",
+        meaning: "a credential file is missing or unreadable",
+    };
+    /// The spec cannot run.
+    pub const UNRUNNABLE: Exit = Exit {
+        code: 72,
+        error_code: "unrunnable",
+        meaning: "the spec cannot run (an adapter this build does not run, a URL outside the allowed domains, …)",
+    };
+    /// Confinement was asked for and the kernel cannot give it.
+    pub const CONFINEMENT: Exit = Exit {
+        code: 73,
+        error_code: "confinement",
+        meaning: "the spec asks for filesystem confinement and the kernel enforces no Landlock",
+    };
+    /// The call's NetworkPolicy was not in force in time.
+    pub const EGRESS_NOT_ENFORCED: Exit = Exit {
+        code: 74,
+        error_code: "egress-not-enforced",
+        meaning: "an address of the spec's `egressGate`, which the call's NetworkPolicy refuses, still accepted connections `withinMs` after start; the tool never started",
+    };
+    /// Told to stop by SIGTERM.
+    pub const TERMINATED: Exit = Exit {
+        code: 143,
+        error_code: "terminated",
+        meaning: "SIGTERM (the pod deleted with its call, cancelled or evicted): the tool was stopped and the result says so",
+    };
+}
+
+/// Every way the executor ends, by exit code.
+pub const EXIT_CODES: &[Exit] = &[
+    Exit::RAN,
+    Exit::USAGE,
+    Exit::TEMPLATE,
+    Exit::SPEC_UNREADABLE,
+    Exit::SPEC_INVALID,
+    Exit::SPEC_VERSION,
+    Exit::ARTIFACT_STORE,
+    Exit::ARTIFACT_UPLOAD,
+    Exit::RUNTIME,
+    Exit::CREDENTIAL,
+    Exit::UNRUNNABLE,
+    Exit::CONFINEMENT,
+    Exit::EGRESS_NOT_ENFORCED,
+    Exit::TERMINATED,
+];
+
 impl ExecError {
-    /// The process exit code for this error (documented in executor/README.md).
-    pub fn exit_code(&self) -> u8 {
+    /// How the executor ends for this error.
+    pub fn exit(&self) -> Exit {
         match self {
-            ExecError::SpecUnreadable { .. } => 66,
-            ExecError::SpecInvalid { .. } => 67,
-            ExecError::SpecVersion { .. } => 68,
-            ExecError::Credential { .. } => 71,
-            ExecError::Template(_) => 65,
-            ExecError::Unrunnable(_) => 72,
-            ExecError::Store(_) | ExecError::Sink(_) => 69,
-            ExecError::Confinement(_) => 73,
-            ExecError::EgressNotEnforced(_) => 74,
-            ExecError::Terminated => 143,
+            ExecError::SpecUnreadable { .. } => Exit::SPEC_UNREADABLE,
+            ExecError::SpecInvalid { .. } => Exit::SPEC_INVALID,
+            ExecError::SpecVersion { .. } => Exit::SPEC_VERSION,
+            ExecError::Credential { .. } => Exit::CREDENTIAL,
+            ExecError::Template(_) => Exit::TEMPLATE,
+            ExecError::Unrunnable(_) => Exit::UNRUNNABLE,
+            ExecError::Store(_) => Exit::ARTIFACT_STORE,
+            ExecError::Sink(_) => Exit::ARTIFACT_UPLOAD,
+            ExecError::Confinement(_) => Exit::CONFINEMENT,
+            ExecError::EgressNotEnforced(_) => Exit::EGRESS_NOT_ENFORCED,
+            ExecError::Terminated => Exit::TERMINATED,
         }
+    }
+
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        self.exit().code
     }
 
     /// Stable code for the result's error.
     pub fn code(&self) -> &'static str {
-        match self {
-            ExecError::SpecUnreadable { .. } => "spec-unreadable",
-            ExecError::SpecInvalid { .. } => "spec-invalid",
-            ExecError::SpecVersion { .. } => "spec-version",
-            ExecError::Credential { .. } => "credential-unreadable",
-            ExecError::Template(_) => "template",
-            ExecError::Unrunnable(_) => "unrunnable",
-            ExecError::Store(_) => "artifact-store",
-            ExecError::Sink(_) => "artifact-upload",
-            ExecError::Confinement(_) => "confinement",
-            ExecError::EgressNotEnforced(_) => "egress-not-enforced",
-            ExecError::Terminated => "terminated",
-        }
+        self.exit().error_code
     }
 }
 

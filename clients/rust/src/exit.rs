@@ -8,3 +8,24 @@ pub const EXIT_APPROVAL: u8 = 3;
 pub const EXIT_DENY: u8 = 4;
 /// Exit code when the manifests themselves do not lint.
 pub const EXIT_BAD_MANIFESTS: u8 = 2;
+
+/// Every exit code of the command line and what it means; the generated reference prints it.
+pub const EXIT_CODES: &[(u8, &str)] = &[
+    (
+        0,
+        "allowed (`check`), ran or runs (`call`, `get`), passed (`lint`, `eval`, `policy test`), no change (`diff`)",
+    ),
+    (
+        1,
+        "failed or cancelled (`call`, `get`); errors found (`lint`), a metric under its threshold (`eval`), a failing case (`policy test`); a request the server refused, or no server",
+    ),
+    (
+        EXIT_BAD_MANIFESTS,
+        "the manifests do not lint (`check`, `view`, `diff`, `eval`, `policy test`, `mcp normalize`); also clap's code for a command line it does not understand",
+    ),
+    (
+        EXIT_APPROVAL,
+        "an approval is needed (`check`), or the call waits for one (`call`, `get`)",
+    ),
+    (EXIT_DENY, "denied (`check`, `call`, `get`)"),
+];
