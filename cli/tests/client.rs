@@ -401,14 +401,15 @@ async fn sandbox_of_a_call(server: &Server) -> String {
 /// and the recorded result goes back to it.
 #[test]
 fn the_rust_example_agent_loop_runs_a_governed_call() {
-    let examples = std::path::Path::new(env!("CARGO_BIN_EXE_toolgate"))
+    // `cargo test --workspace` (and `cargo build --examples`) builds it as a program there.
+    let example = std::path::Path::new(env!("CARGO_BIN_EXE_toolgate"))
         .parent()
         .expect("the target folder")
         .join("examples/agent_loop");
     assert!(
-        examples.exists(),
-        "{} is built by `cargo test` (or `cargo build -p toolgate-client --examples`)",
-        examples.display()
+        example.exists(),
+        "{} is built by `cargo test --workspace` or `cargo build -p toolgate-client --examples`",
+        example.display()
     );
     let dir = setup();
     std::fs::write(
@@ -417,7 +418,7 @@ fn the_rust_example_agent_loop_runs_a_governed_call() {
     )
     .expect("the file the scripted model reads");
     let server = Server::start(dir.path());
-    let out = Command::new(&examples)
+    let out = Command::new(&example)
         .args([format!("http://{}", server.addr), AGENT.to_string()])
         .output()
         .expect("the example runs");
@@ -427,7 +428,8 @@ fn the_rust_example_agent_loop_runs_a_governed_call() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let messages: serde_json::Value = serde_json::from_str(&text).expect("JSON messages");
+    let messages: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     let tool = &messages[2];
     assert_eq!(tool["role"], "tool", "{messages}");
     assert!(
