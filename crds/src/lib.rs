@@ -1,7 +1,7 @@
 //! The `toolgate.dev/v1alpha1` API.
 //!
 //! Spec and status types are plain serde + schemars types, so the pure core uses them without
-//! any Kubernetes dependency. With the `kube` feature the six kinds get their `CustomResource`
+//! any Kubernetes dependency. With the `kube` feature the nine kinds get their `CustomResource`
 //! wrappers and [`all_crds`] generates the CustomResourceDefinitions the API server enforces.
 #![forbid(unsafe_code)]
 #![allow(
