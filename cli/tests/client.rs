@@ -26,6 +26,17 @@ fn cli(url: &str) -> impl Fn(&str, &[&str]) -> (Option<i32>, String, String) + '
     }
 }
 
+/// `TOOLGATE_SERVER` as the Python client takes it, `host:port` without a scheme, is plain http.
+#[test]
+fn the_server_is_taken_with_or_without_a_scheme() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    for url in [server.addr.clone(), format!("http://{}", server.addr)] {
+        let (code, out, err) = cli(&url)(AGENT, &["list"]);
+        assert_eq!(code, Some(0), "TOOLGATE_SERVER={url}: {out}{err}");
+    }
+}
+
 #[test]
 fn the_demo_plays_the_whole_scenario() {
     let out = Command::new(toolgate_binary())

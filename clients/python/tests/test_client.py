@@ -165,3 +165,12 @@ def test_a_call_joins_the_agents_trace(server, monkeypatch):
         monkeypatch.setenv("TRACEPARENT", "00-5bf92f3577b34da6a3ce929d0e0e4737-00f067aa0ba902b7-01")
         call = tg.propose("test.traceparent", {}, action_type="execute", task="traced by env")
         assert "00-5bf92f3577b34da6a3ce929d0e0e4737-" in tg.wait(call.id).output_preview
+
+
+def test_the_server_is_taken_with_or_without_a_scheme(server):
+    # The form the command line takes (`http://host:port`) and the bare `host:port` reach the same server.
+    for target in (server, f"http://{server}", f"http://{server}/"):
+        with Client(target, token=AGENT) as tg:
+            assert tg.view("read a source file", format="openai").tools, target
+    with pytest.raises(ValueError, match="server: expected host:port"):
+        Client(f"ftp://{server}", token=AGENT)

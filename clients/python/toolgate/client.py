@@ -163,11 +163,23 @@ class Skill:
     tools: list
 
 
+def _target(server: str, tls: bool) -> "tuple[str, bool]":
+    """gRPC's ``host:port`` target from ``host:port`` or an ``http(s)://host:port`` URL, and
+    whether the URL asks for TLS."""
+    for scheme, secure in (("https://", True), ("http://", False)):
+        if server.startswith(scheme):
+            return server[len(scheme):].rstrip("/"), tls or secure
+    if "://" in server:
+        raise ValueError(f"server: expected host:port, http://host:port or https://host:port, got {server!r}")
+    return server, tls
+
+
 class Client:
     """A client of one toolgate server (``toolgate local`` or the operator's agent API).
 
-    ``server`` is ``host:port``; TLS is used when ``ca`` is given (or ``tls=True`` for the
-    system's roots), with ``client_cert``/``client_key`` for mutual TLS."""
+    ``server`` is ``host:port``, or a URL as the command line takes it: ``http://host:port``, or
+    ``https://host:port`` for TLS with the system's roots. TLS is also used when ``ca`` is given
+    (or ``tls=True``), with ``client_cert``/``client_key`` for mutual TLS."""
 
     def __init__(
         self,
@@ -184,6 +196,7 @@ class Client:
             raise ValueError("token: a bearer token from the server's tokens file is required")
         self._token = token
         self._timeout = timeout
+        server, tls = _target(server, tls)
         if tls or ca or client_cert:
             read = lambda p: open(p, "rb").read() if p else None  # noqa: E731
             creds = grpc.ssl_channel_credentials(

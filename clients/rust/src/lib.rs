@@ -19,7 +19,8 @@ use toolgate_proto::v1::toolgate_client::ToolgateClient;
 /// How to reach the server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Conn {
-    /// The server (`toolgate local` prints it).
+    /// The server: `http://host:port`, `https://host:port`, or `host:port` for plain http
+    /// (`toolgate local` prints it).
     #[arg(
         long,
         env = "TOOLGATE_SERVER",
@@ -127,9 +128,21 @@ pub struct Client {
     token: String,
 }
 
+/// The server as a URL: a bare `host:port` (the form `toolgate local` prints and the Python
+/// client takes) is plain `http://`; a URL is kept as given.
+pub fn server_url(server: &str) -> std::borrow::Cow<'_, str> {
+    if server.contains("://") {
+        server.into()
+    } else {
+        format!("http://{server}").into()
+    }
+}
+
 impl Client {
-    /// Connect (over TLS to an `https://` server).
+    /// Connect (over TLS to an `https://` server; `host:port` means plain `http://`).
     pub async fn connect(server: &str, token: &str, tls: &Tls) -> anyhow::Result<Client> {
+        let server = server_url(server);
+        let server = server.as_ref();
         let mut endpoint = Channel::from_shared(server.to_string())
             .with_context(|| format!("--server {server}: not a URL"))?;
         if server.starts_with("https://") {
