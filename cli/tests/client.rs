@@ -35,6 +35,12 @@ fn the_server_is_taken_with_or_without_a_scheme() {
         let (code, out, err) = cli(&url)(AGENT, &["list"]);
         assert_eq!(code, Some(0), "TOOLGATE_SERVER={url}: {out}{err}");
     }
+    let (code, _, err) = cli(&format!("ftp://{}", server.addr))(AGENT, &["list"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("expected host:port, http://host:port or https://host:port"),
+        "{err}"
+    );
 }
 
 #[test]

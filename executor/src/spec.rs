@@ -277,3 +277,48 @@ pub fn load_credentials(spec: &ExecSpec, dir: &Path) -> Result<Vec<Credential>, 
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_way_to_end_has_its_own_error_code_and_the_errors_are_listed() {
+        let mut codes = std::collections::BTreeSet::new();
+        for e in EXIT_CODES {
+            assert!(
+                e.error_code.is_empty() || codes.insert(e.error_code),
+                "{e:?} repeats an error code"
+            );
+        }
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let errors = [
+            ExecError::SpecUnreadable {
+                path: "s".into(),
+                source: io(),
+            },
+            ExecError::SpecInvalid {
+                path: "s".into(),
+                message: "m".into(),
+            },
+            ExecError::SpecVersion {
+                path: "s".into(),
+                found: "v".into(),
+            },
+            ExecError::Credential {
+                binding: "b".into(),
+                file: "f".into(),
+                source: io(),
+            },
+            ExecError::Unrunnable("u".into()),
+            ExecError::Terminated,
+        ];
+        for e in &errors {
+            assert!(EXIT_CODES.contains(&e.exit()), "{e:?} is not in EXIT_CODES");
+            assert_eq!(
+                (e.exit_code(), e.code()),
+                (e.exit().code, e.exit().error_code)
+            );
+        }
+    }
+}

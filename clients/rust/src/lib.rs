@@ -129,19 +129,24 @@ pub struct Client {
 }
 
 /// The server as a URL: a bare `host:port` (the form `toolgate local` prints and the Python
-/// client takes) is plain `http://`; a URL is kept as given.
-pub fn server_url(server: &str) -> std::borrow::Cow<'_, str> {
-    if server.contains("://") {
-        server.into()
+/// client takes) is plain `http://`; an `http://` or `https://` URL is kept as given; any other
+/// scheme is refused by name.
+pub fn server_url(server: &str) -> anyhow::Result<std::borrow::Cow<'_, str>> {
+    if server.starts_with("http://") || server.starts_with("https://") {
+        Ok(server.into())
+    } else if server.contains("://") {
+        anyhow::bail!(
+            "--server {server}: expected host:port, http://host:port or https://host:port"
+        )
     } else {
-        format!("http://{server}").into()
+        Ok(format!("http://{server}").into())
     }
 }
 
 impl Client {
     /// Connect (over TLS to an `https://` server; `host:port` means plain `http://`).
     pub async fn connect(server: &str, token: &str, tls: &Tls) -> anyhow::Result<Client> {
-        let server = server_url(server);
+        let server = server_url(server)?;
         let server = server.as_ref();
         let mut endpoint = Channel::from_shared(server.to_string())
             .with_context(|| format!("--server {server}: not a URL"))?;
