@@ -147,7 +147,9 @@ pub fn optional_digest(field: &str, s: &str) -> Result<(), ApiError> {
 }
 
 /// Free text a person wrote: at most `max` bytes, no control characters but newline and tab
-/// (an escape sequence in a comment would repaint a reviewer's terminal).
+/// (an escape sequence in a comment would repaint a reviewer's terminal), and nothing that hides
+/// or reorders text (a bidirectional override shows an approver a different intent than the one
+/// a model reads; tag characters carry text no screen shows).
 pub fn text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
     if s.len() > max {
         return Err(ApiError::field(
@@ -163,6 +165,15 @@ pub fn text(field: &str, s: &str, max: usize) -> Result<(), ApiError> {
             field,
             format!(
                 "expected text without control characters, got U+{:04X}",
+                u32::from(c)
+            ),
+        ));
+    }
+    if let Some((c, kind)) = toolgate_core::text::find_hidden(s) {
+        return Err(ApiError::field(
+            field,
+            format!(
+                "expected text without characters that hide or reorder it, got U+{:04X} ({kind})",
                 u32::from(c)
             ),
         ));
@@ -507,5 +518,13 @@ mod tests {
             "comment"
         );
         text("comment", "line one\nline two\tindented", MAX_COMMENT).expect("valid");
+        for hidden in ["fix exe.\u{202E}txt", "go\u{E0049}\u{E0047}", "a\u{2066}b"] {
+            assert_eq!(
+                field_of(text("intent.user_goal", hidden, MAX_INTENT_TEXT)),
+                "intent.user_goal",
+                "{hidden:?}"
+            );
+        }
+        text("intent.user_goal", "ship it ❤️ — 中文", MAX_INTENT_TEXT).expect("valid");
     }
 }

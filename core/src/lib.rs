@@ -26,4 +26,5 @@ pub mod risk;
 pub mod secrets;
 pub mod skill;
 pub mod template;
+pub mod text;
 pub mod view;

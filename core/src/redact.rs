@@ -1,8 +1,13 @@
 //! Redaction of credential values from everything a model or a log may see (invariant 7).
 //!
-//! Known values (the credential a call was given, and its base64 and percent-encoded forms) are
-//! replaced exactly; common token shapes are replaced too. The streaming form holds back a window
-//! of bytes so a secret split across two chunks is still caught.
+//! A known value (the credential a call was given) is removed in the forms a tool can produce
+//! without trying: as is, reversed, base64 and base64url at any alignment with or without
+//! padding, percent-encoded, as JSON/C escapes, in hex of either case, and spread out by
+//! separators (`c.a.n.a.r.y`, `xxd`'s groups, a wrapped `base64`). The last kind is matched on the
+//! text's letters and digits alone, and a long value's every run of [`FRAGMENT`] letters and
+//! digits counts, so a value cut across lines (`xxd`'s columns) loses all but its ends. Common
+//! token shapes are replaced without being told. The streaming form holds back a window of bytes
+//! so a secret split across two chunks is still caught.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine;
@@ -19,10 +24,18 @@ pub const MIN_SECRET_LEN: usize = 6;
 /// How far back the streaming redactor looks for a token shape split across chunks.
 const SHAPE_WINDOW: usize = 4096;
 
+/// The shortest run of a known value's letters and digits that is redacted on its own: shorter
+/// runs would match ordinary text, longer ones would let a value cut across lines through.
+pub const FRAGMENT: usize = 8;
+
 /// Removes known secrets and credential shapes from text and bytes.
 #[derive(Debug, Clone)]
 pub struct Redactor {
+    /// The known values' encodings, matched byte for byte.
     exact: Option<AhoCorasick>,
+    /// The known values' letters and digits (and those of their hex and base64), matched on the
+    /// text's letters and digits alone, ignoring case.
+    spread: Option<AhoCorasick>,
     longest: usize,
     /// The credential shapes, compiled once per process ([`compiled_shapes`]).
     shapes: &'static [(SecretShape, Regex)],
@@ -37,42 +50,36 @@ impl Default for Redactor {
 impl Redactor {
     /// A redactor for these known values (plus the common token shapes).
     pub fn new<S: AsRef<[u8]>>(secrets: impl IntoIterator<Item = S>) -> Self {
-        let mut needles: Vec<Vec<u8>> = Vec::new();
+        let mut exact: Vec<Vec<u8>> = Vec::new();
+        let mut spread: Vec<Vec<u8>> = Vec::new();
+        let mut longest = 0;
         for s in secrets {
-            let raw = s.as_ref();
-            let trimmed = raw.trim_ascii();
+            let trimmed = s.as_ref().trim_ascii();
             if trimmed.len() < MIN_SECRET_LEN {
                 continue;
             }
-            needles.push(trimmed.to_vec());
-            needles.push(
-                base64::engine::general_purpose::STANDARD
-                    .encode(trimmed)
-                    .into_bytes(),
-            );
-            needles.push(
-                base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .encode(trimmed)
-                    .into_bytes(),
-            );
-            let pct = percent_encode(trimmed);
-            if pct != trimmed {
-                needles.push(pct);
-            }
+            // The widest form is a `\uXXXX` escape per byte.
+            longest = longest.max(trimmed.len() * 6);
+            exact_forms(trimmed, &mut exact);
+            spread_forms(trimmed, &mut spread);
         }
-        needles.sort();
-        needles.dedup();
-        let longest = needles.iter().map(Vec::len).max().unwrap_or(0);
-        let exact = (!needles.is_empty())
-            .then(|| {
-                AhoCorasick::builder()
-                    .match_kind(MatchKind::LeftmostLongest)
-                    .build(&needles)
-                    .ok()
-            })
-            .flatten();
+        let build = |mut needles: Vec<Vec<u8>>, kind: MatchKind, fold: bool| {
+            needles.sort();
+            needles.dedup();
+            (!needles.is_empty())
+                .then(|| {
+                    AhoCorasick::builder()
+                        .match_kind(kind)
+                        .ascii_case_insensitive(fold)
+                        .build(&needles)
+                        .ok()
+                })
+                .flatten()
+        };
         Redactor {
-            exact,
+            exact: build(exact, MatchKind::LeftmostLongest, false),
+            // Standard matching, so every overlapping run is found and their union redacted.
+            spread: build(spread, MatchKind::Standard, true),
             longest,
             shapes: compiled_shapes(),
         }
@@ -118,10 +125,18 @@ impl Redactor {
                 label: None,
             }));
         }
+        if let Some(ac) = &self.spread {
+            let (letters, at) = letters_and_digits(bytes);
+            all.extend(ac.find_overlapping_iter(&letters).map(|m| Match {
+                start: at[m.start()],
+                end: at[m.end() - 1] + 1,
+                label: None,
+            }));
+        }
         for (shape, re) in self.shapes {
-            all.extend(re.find_iter(bytes).map(|m| Match {
-                start: m.start(),
-                end: m.end(),
+            all.extend(shape.find_iter(re, bytes).map(|r| Match {
+                start: r.start,
+                end: r.end,
                 label: Some(shape.name),
             }));
         }
@@ -161,6 +176,107 @@ fn apply(bytes: &[u8], matches: &[Match]) -> Vec<u8> {
     }
     out.extend_from_slice(&bytes[at..]);
     out
+}
+
+/// The forms of a value matched byte for byte: as is, reversed, base64 and base64url (padded,
+/// unpadded, and the part that stays the same whatever bytes come before or after it), percent-
+/// encoded, and escaped as JSON (`\u0063`, `\/`) or C (`\x63`) would.
+fn exact_forms(value: &[u8], out: &mut Vec<Vec<u8>>) {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    out.push(value.to_vec());
+    out.push(value.iter().rev().copied().collect());
+    for engine in [STANDARD, URL_SAFE] {
+        let padded = engine.encode(value);
+        out.push(padded.trim_end_matches('=').as_bytes().to_vec());
+        out.push(padded.into_bytes());
+    }
+    out.extend(base64_cores(value));
+    let pct = percent_encode(value);
+    if pct != value {
+        out.push(pct);
+    }
+    for (prefix, width, upper) in [("\\u", 4, false), ("\\u", 4, true), ("\\x", 2, false)] {
+        let mut escaped = String::new();
+        for &b in value {
+            escaped.push_str(prefix);
+            if upper {
+                escaped.push_str(&format!("{b:0width$X}"));
+            } else {
+                escaped.push_str(&format!("{b:0width$x}"));
+            }
+        }
+        out.push(escaped.into_bytes());
+    }
+    if value.contains(&b'/') {
+        let mut slashed = Vec::with_capacity(value.len() + 4);
+        for &b in value {
+            if b == b'/' {
+                slashed.push(b'\\');
+            }
+            slashed.push(b);
+        }
+        out.push(slashed);
+    }
+}
+
+/// The base64 and base64url characters that encode only `value`'s bytes, for each of the three
+/// places it can start within a group of three: what a longer text holding the value encodes to
+/// always contains one of them. Short values are left out (a few characters match too often).
+fn base64_cores(value: &[u8]) -> Vec<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    if value.len() < 2 * MIN_SECRET_LEN {
+        return Vec::new();
+    }
+    let mut cores = Vec::new();
+    for shift in 0..3usize {
+        let mut shifted = vec![0u8; shift];
+        shifted.extend_from_slice(value);
+        // Characters before `skip` carry bits of the bytes before the value; the last one carries
+        // bits of the byte after it unless the value ends a group.
+        let skip = [0, 2, 3][shift];
+        let tail = usize::from(shifted.len() % 3 != 0);
+        for engine in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&shifted).into_bytes();
+            if encoded.len() > skip + tail {
+                cores.push(encoded[skip..encoded.len() - tail].to_vec());
+            }
+        }
+    }
+    cores
+}
+
+/// The forms of a value matched on letters and digits alone (ignoring case): its own, reversed,
+/// its hex and its base64; a long one also by every run of [`FRAGMENT`] of them (hex: twice as
+/// many digits), so a value cut across lines is caught piece by piece.
+fn spread_forms(value: &[u8], out: &mut Vec<Vec<u8>>) {
+    let own = letters_and_digits(value).0;
+    let reversed: Vec<u8> = own.iter().rev().copied().collect();
+    let hex = hex::encode(value).into_bytes();
+    for (form, run) in [(own, FRAGMENT), (reversed, FRAGMENT), (hex, 2 * FRAGMENT)] {
+        if form.len() < FRAGMENT {
+            continue;
+        }
+        if form.len() >= 2 * run {
+            out.extend(form.windows(run).map(<[u8]>::to_vec));
+        }
+        out.push(form);
+    }
+    for core in base64_cores(value) {
+        let letters = letters_and_digits(&core).0;
+        if letters.len() >= FRAGMENT {
+            out.push(letters);
+        }
+    }
+}
+
+/// The ASCII letters and digits of `bytes`, and where each one is in `bytes`.
+fn letters_and_digits(bytes: &[u8]) -> (Vec<u8>, Vec<usize>) {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.is_ascii_alphanumeric())
+        .map(|(i, b)| (*b, i))
+        .unzip()
 }
 
 fn percent_encode(bytes: &[u8]) -> Vec<u8> {
@@ -234,6 +350,151 @@ mod tests {
             out.starts_with("token=[REDACTED] again [REDACTED]"),
             "{out}"
         );
+    }
+
+    /// What a tool can print its credential as without trying, each of which must go.
+    fn encodings(value: &str) -> Vec<(&'static str, String)> {
+        use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+        let bytes = value.as_bytes();
+        let hex = hex::encode(bytes);
+        let json: String = value
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let xxd_like: String = bytes
+            .chunks(16)
+            .enumerate()
+            .map(|(i, line)| {
+                let groups: Vec<String> = line.chunks(2).map(hex::encode).collect();
+                format!(
+                    "{:08x}: {:<40}  {}\n",
+                    i * 16,
+                    groups.join(" "),
+                    String::from_utf8_lossy(line)
+                )
+            })
+            .collect();
+        vec![
+            ("raw", value.to_string()),
+            ("hex", hex.clone()),
+            ("HEX", hex.to_uppercase()),
+            (
+                "hex with colons",
+                hex.as_bytes()
+                    .chunks(2)
+                    .map(|c| String::from_utf8_lossy(c).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+            ),
+            ("reversed", value.chars().rev().collect()),
+            ("base64", STANDARD.encode(bytes)),
+            ("base64 unpadded", STANDARD_NO_PAD.encode(bytes)),
+            ("base64url", URL_SAFE_NO_PAD.encode(bytes)),
+            (
+                "base64 of a header",
+                STANDARD.encode(format!("Authorization: Bearer {value}")),
+            ),
+            (
+                "base64 of a header, offset",
+                STANDARD.encode(format!("Bearer: {value}\n")),
+            ),
+            (
+                "percent, every byte",
+                bytes.iter().map(|b| format!("%{b:02X}")).collect(),
+            ),
+            ("json escapes", json),
+            (
+                "dot separated",
+                value
+                    .chars()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+                    .join("."),
+            ),
+            (
+                "space separated",
+                value
+                    .chars()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            (
+                "xxd -p wrapped",
+                hex.as_bytes()
+                    .chunks(10)
+                    .map(|c| String::from_utf8_lossy(c).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+            ("xxd", xxd_like),
+        ]
+    }
+
+    #[test]
+    fn every_easy_encoding_of_a_known_value_is_removed() {
+        let r = Redactor::new([CANARY]);
+        for (name, encoded) in encodings(CANARY) {
+            let text = format!("before {encoded} after");
+            let out = r.redact_str(&text);
+            assert!(out.contains("[REDACTED]"), "{name}: {out}");
+            assert!(
+                out.starts_with("before ") && out.ends_with(" after"),
+                "{name}: {out}"
+            );
+            // No run of the value's letters and digits long enough to mean anything is left.
+            let own = letters_and_digits(CANARY.as_bytes()).0;
+            let left = letters_and_digits(out.as_bytes()).0;
+            for run in own.windows(FRAGMENT) {
+                assert!(
+                    !left
+                        .to_ascii_lowercase()
+                        .windows(FRAGMENT)
+                        .any(|w| w == run.to_ascii_lowercase()),
+                    "{name}: {out}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any credential, in any easy encoding, anywhere in a tool's output, streamed in any
+        /// chunks: no run of its letters and digits long enough to mean anything survives.
+        #[test]
+        fn no_easy_encoding_of_any_credential_survives(
+            value in "[A-Za-z0-9]{6,20}[-_.:/+]?[A-Za-z0-9]{6,24}",
+            which in 0usize..16,
+            before in "[a-z ,.:\n]{0,80}",
+            after in "[a-z ,.:\n]{0,80}",
+            chunk in 1usize..64,
+        ) {
+            let r = Redactor::new([value.as_str()]);
+            let all = encodings(&value);
+            let (name, encoded) = &all[which % all.len()];
+            let text = format!("{before}{encoded}{after}");
+            let mut s = r.stream();
+            let mut out = Vec::new();
+            for piece in text.as_bytes().chunks(chunk) {
+                out.extend(s.push(piece));
+            }
+            out.extend(s.finish());
+            proptest::prop_assert_eq!(&out, &r.redact_bytes(text.as_bytes()));
+            let left = letters_and_digits(&out).0.to_ascii_lowercase();
+            let own = letters_and_digits(value.as_bytes()).0.to_ascii_lowercase();
+            for run in own.windows(FRAGMENT) {
+                proptest::prop_assert!(
+                    !left.windows(FRAGMENT).any(|w| w == run),
+                    "{}: {}", name, String::from_utf8_lossy(&out)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ordinary_text_around_a_known_value_survives() {
+        let r = Redactor::new([CANARY]);
+        let text = "the build at 6b599ad passed; see https://example.test/a?b=c";
+        assert_eq!(r.redact_str(text), text);
     }
 
     #[test]

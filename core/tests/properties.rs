@@ -145,3 +145,23 @@ proptest! {
         prop_assert_eq!(out, r.redact_str(&text));
     }
 }
+
+proptest! {
+    /// Any bytes, any known values, any chunking: the redactor never panics and the stream says
+    /// what one pass says.
+    #[test]
+    fn redaction_of_arbitrary_bytes_never_panics_and_streams_alike(
+        text in prop::collection::vec(any::<u8>(), 0..12000),
+        secrets in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..3),
+        chunk in 1usize..3000,
+    ) {
+        let r = Redactor::new(&secrets);
+        let mut s = r.stream();
+        let mut out = Vec::new();
+        for piece in text.chunks(chunk) {
+            out.extend(s.push(piece));
+        }
+        out.extend(s.finish());
+        prop_assert_eq!(out, r.redact_bytes(&text));
+    }
+}

@@ -8,18 +8,7 @@ fn size(r: &CallResult) -> usize {
     serde_json::to_vec(r).map_or(usize::MAX, |v| v.len())
 }
 
-/// Cut a string to at most `max` bytes on a character boundary, marking the cut.
-pub fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    const MARK: &str = "…";
-    let mut end = max.saturating_sub(MARK.len());
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MARK}", &s[..end])
-}
+pub use toolgate_core::text::cut;
 
 /// Shrink a result until it serializes within [`MAX_RESULT_BYTES`].
 pub fn bound(mut r: CallResult) -> CallResult {

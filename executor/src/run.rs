@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use toolgate_core::exec::ExecSpec;
 use toolgate_core::redact::Redactor;
+use toolgate_core::text::neutralise;
 use toolgate_crds::{ArtifactKind, CallResult, ExecutionAdapter, ObservedEffects, ResultStatus};
 
 use crate::effects;
@@ -100,11 +101,15 @@ pub async fn execute(
         u.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         u.egress_gate_ms = gate_wait;
     }
-    // Belt and braces: nothing model-visible leaves without a last redaction pass.
-    result.output_preview = result.output_preview.map(|p| redactor.redact_str(&p));
+    // Belt and braces: nothing model-visible leaves without a last redaction pass; what people
+    // and models read shows escape sequences and hiding characters instead of running them (the
+    // artifact keeps the bytes).
+    result.output_preview = result
+        .output_preview
+        .map(|p| neutralise(&redactor.redact_str(&p)).into_owned());
     result.structured_output = result.structured_output.map(|v| redact_value(&redactor, v));
     if let Some(e) = result.error.as_mut() {
-        e.message = redactor.redact_str(&e.message);
+        e.message = neutralise(&redactor.redact_str(&e.message)).into_owned();
     }
     Ok(bound(result))
 }

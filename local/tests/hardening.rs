@@ -453,6 +453,17 @@ fn add_tools(root: &std::path::Path) {
             ),
         ),
         (
+            "h-escapes",
+            tool(
+                "h.escapes",
+                // Clear the screen, set the terminal's title, then a tag character (U+E0049).
+                r#"[printf, "ok\\033[2J\\033]0;pwned\\007 \\363\\240\\201\\211done\\n"]"#,
+                "never",
+                "read-only",
+                15000,
+            ),
+        ),
+        (
             "h-gvisor",
             tool(
                 "h.gvisor",
@@ -484,7 +495,7 @@ metadata: {name: hardening-tools, namespace: team-a}
 spec:
   subjects:
   - {kind: ServiceAccount, name: fixer, namespace: team-a}
-  tools: {names: [h.fail, h.killed, h.bomb, h.etc, h.gvisor]}
+  tools: {names: [h.fail, h.killed, h.bomb, h.etc, h.escapes, h.gvisor]}
   scopes: ["workspace:read"]
   reason: hardening tests
 "#,
@@ -617,6 +628,66 @@ async fn every_ending_has_its_state_update_and_failures_name_what_happened() {
         "{}",
         finished.message
     );
+}
+
+/// A tool's escape sequences and hidden characters are shown, not run, in the preview and by
+/// `toolgate get`; the artifact keeps the bytes. An intent that hides or reorders text is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_escapes_are_shown_not_run_and_an_intent_may_not_hide_text() {
+    let dir = setup();
+    add_tools(dir.path());
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = submit(&mut c, "h.escapes", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert!(
+        done.output_preview
+            .starts_with("ok␛[2J␛]0;pwned␇ [U+E0049]done"),
+        "{:?}",
+        done.output_preview
+    );
+    let artifact = artifact_bytes(&mut c, &call.id, "stdout").await;
+    assert_eq!(
+        artifact, b"ok\x1b[2J\x1b]0;pwned\x07 \xf3\xa0\x81\x89done\n",
+        "the artifact keeps what the tool printed"
+    );
+    let out = std::process::Command::new(toolgate_binary())
+        .args(["get", &call.id, "--server", &server.addr])
+        .env("TOOLGATE_TOKEN", AGENT)
+        .output()
+        .expect("toolgate get");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("␛[2J"), "{shown}");
+    assert!(
+        !shown.contains('\x1b') && !shown.contains('\u{E0049}'),
+        "{shown:?}"
+    );
+
+    for (field, hidden) in [
+        ("intent.user_goal", "rename report.\u{202E}fdp.exe"),
+        ("intent.current_task", "read it\u{E0049}\u{E0047}\u{E004E}"),
+    ] {
+        let mut p = propose("h.escapes", serde_json::json!({}), "execute");
+        let intent = p.intent.as_mut().expect("intent");
+        if field == "intent.user_goal" {
+            intent.user_goal = hidden.into();
+        } else {
+            intent.current_task = hidden.into();
+        }
+        let e = c
+            .propose_call(req(AGENT, p))
+            .await
+            .expect_err("hidden text in an intent");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+        assert_eq!(field_of(&e).as_deref(), Some(field), "{e}");
+        assert!(e.message().contains("hide or reorder"), "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

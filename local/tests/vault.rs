@@ -111,6 +111,11 @@ spec:
             .argv("[printenv, VAULT_CRED]")
             .policy("vault-env")
             .binding("kv-bot"),
+        // A tool that prints its credential in every form it can produce without trying.
+        Tool::test("vault.encodings")
+            .argv(ENCODINGS_ARGV)
+            .policy("vault-env")
+            .binding("kv-bot"),
         Tool::test("vault.narrow-other")
             .argv("[printenv, VAULT_CRED]")
             .policy("vault-env")
@@ -142,6 +147,7 @@ spec:
         "vault-tools",
         &[
             "vault.print",
+            "vault.encodings",
             "vault.narrow-other",
             "vault.denied",
             "vault.sa-sleep",
@@ -150,6 +156,32 @@ spec:
         ],
     ));
     std::fs::write(m.join("vault.yaml"), text).expect("manifests");
+}
+
+/// Prints `VAULT_CRED` as hex (both cases), reversed, dot separated, base64url, inside a
+/// base64-encoded header, as JSON escapes, and as `xxd` does.
+const ENCODINGS_ARGV: &str = r#"[python3, -c, "import os, base64\nv = os.environ['VAULT_CRED'].encode()\nprint(v.hex(), v.hex().upper())\nprint(v[::-1].decode(), '.'.join(v.decode()))\nprint(base64.urlsafe_b64encode(v).decode().rstrip('='))\nprint(base64.b64encode(b'Authorization: Bearer ' + v).decode())\nprint(''.join('\\\\u%04x' % c for c in v))\nfor i in range(0, len(v), 16):\n  line = v[i:i + 16]\n  print('%08x: %s  %s' % (i, ' '.join(line[j:j + 2].hex() for j in range(0, len(line), 2)), line.decode()))\n"]"#;
+
+/// What a reader could decode the canary from: its letters and digits in any run of eight, as
+/// they are, reversed, or in hex (those with digits: the canary's words are ordinary text).
+fn canary_runs() -> Vec<String> {
+    let letters = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    let own = letters(CANARY);
+    let reversed: String = own.chars().rev().collect();
+    let hex = hex::encode(CANARY);
+    let mut runs = Vec::new();
+    for (form, run) in [(own, 8), (reversed, 8), (hex, 16)] {
+        let chars: Vec<char> = form.chars().collect();
+        runs.extend(chars.windows(run).map(|w| w.iter().collect::<String>()));
+    }
+    // The canary's words (`credential`) are ordinary text elsewhere; its digits are its own.
+    runs.retain(|r| r.chars().filter(char::is_ascii_digit).count() >= 2);
+    runs
 }
 
 struct Suite {
@@ -327,6 +359,48 @@ async fn a_kv_credential_reaches_the_tool_and_nothing_model_visible() {
         !everything.contains(BROKER_TOKEN),
         "the broker's Vault token leaked"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_printed_in_any_easy_encoding_reaches_nothing_model_visible() {
+    let Some(suite) = Suite::new() else { return };
+    let server = suite.server();
+    let mut c = server.client().await;
+    let call = submit(&mut c, "vault.encodings", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    let events = watch(&mut c, AGENT, &call.id).await;
+    let explained = c
+        .explain_call(req(
+            AGENT,
+            pb::ExplainCallRequest {
+                id: call.id.clone(),
+            },
+        ))
+        .await
+        .expect("explain")
+        .into_inner();
+    let artifact =
+        String::from_utf8_lossy(&artifact_bytes(&mut c, &call.id, "stdout").await).into_owned();
+    // Eight lines of output, each with the credential's place redacted.
+    assert_eq!(artifact.lines().count(), 8, "{artifact}");
+    assert!(
+        artifact.lines().all(|l| l.contains("[REDACTED")),
+        "{artifact}"
+    );
+    let log = std::fs::read_to_string(suite.dir.path().join("server.log")).unwrap_or_default();
+    let everything = format!("{done:?} {events:?} {explained:?} {artifact} {log}");
+    let letters: String = everything
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    for run in canary_runs() {
+        assert!(
+            !letters.contains(&run),
+            "a run of the credential ({run}) reached a model-visible surface: {artifact}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -615,9 +615,9 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 let r = c.req(pb::GetDelegationTokenRequest { call_id: id });
                 let d = c.api().get_delegation_token(r).await.map_err(status_error)?.into_inner();
                 let handoff: serde_json::Value = serde_json::from_str(&d.handoff_json).unwrap_or_default();
-                outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                crate::out::json(&serde_json::json!({
                     "token": d.token, "expiresAt": d.expires_at, "handoff": handoff,
-                }))?);
+                }));
             }
             ClientCommand::CompleteDelegation { summary, result, failed, tokens_used } => {
                 let r = c.req(pb::CompleteDelegationRequest { summary, result_json: result, failed, tokens_used });
@@ -628,10 +628,10 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 let r = c.req(pb::GetSkillRequest { namespace, name });
                 let skill = c.api().get_skill(r).await.map_err(status_error)?.into_inner();
                 if json {
-                    outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                    crate::out::json(&serde_json::json!({
                         "name": skill.name, "description": skill.description, "instructionsDigest": skill.instructions_digest,
                         "tools": skill.tools, "instructions": skill.instructions,
-                    }))?);
+                    }));
                 } else {
                     outln!("# skill {} ({}): {}
 # its tools: {}
@@ -644,11 +644,11 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 let call = c.get(&id).await.map_err(status_error)?;
                 if json {
                     let status: serde_json::Value = serde_json::from_str(&call.status_json).unwrap_or_default();
-                    outln!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                    crate::out::json(&serde_json::json!({
                         "id": call.id, "namespace": call.namespace, "tool": call.tool, "toolDigest": call.tool_digest,
                         "principal": call.principal, "argsDigest": call.args_digest, "args": serde_json::from_str::<serde_json::Value>(&call.args_json).unwrap_or_default(),
                         "status": status,
-                    }))?);
+                    }));
                 } else {
                     outln!("{}", call_summary(&call));
                     for cond in &call.conditions {

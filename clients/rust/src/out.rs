@@ -1,13 +1,22 @@
-//! Standard output for every command. A reader that stops early (`toolgate view … | head`) closes
-//! the pipe; then the command ends quietly with success, as ripgrep does, instead of panicking
-//! the way `println!` does on a broken pipe.
+//! Standard output for every command. Text shows escape sequences and characters that hide or
+//! reorder text instead of passing them to the terminal (a tool's output, an agent's intent and a
+//! descriptor are not the operator's to repaint the screen with); JSON goes out as data. A reader
+//! that stops early (`toolgate view … | head`) closes the pipe; then the command ends quietly
+//! with success, as ripgrep does, instead of panicking the way `println!` does on a broken pipe.
 
 use std::io::Write;
 
-/// Write formatted text to stdout; see the module doc for a closed pipe.
+/// Write formatted text to stdout, neutralised ([`toolgate_core::text::neutralise`]); see the
+/// module doc for a closed pipe.
 pub fn write(args: std::fmt::Arguments<'_>) {
+    let text = args.to_string();
+    write_raw(toolgate_core::text::neutralise(&text).as_bytes());
+}
+
+/// Write data (JSON: its string escapes already keep control characters out) to stdout as is.
+pub fn write_raw(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -20,6 +29,13 @@ pub fn write(args: std::fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! out {
     ($($t:tt)*) => { $crate::out::write(format_args!($($t)*)) };
+}
+
+/// A JSON value, pretty, through [`write_raw`].
+pub fn json(value: &serde_json::Value) {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{e}"));
+    text.push('\n');
+    write_raw(text.as_bytes());
 }
 
 /// `println!` through [`write`].

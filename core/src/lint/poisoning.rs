@@ -54,23 +54,19 @@ static SET: LazyLock<RegexSet> = LazyLock::new(|| {
         .unwrap_or_else(|_| RegexSet::empty())
 });
 
-/// Characters that render as nothing or reorder text: a reviewer would not see what they hide.
+/// Characters that render as nothing or reorder text: a reviewer would not see what they hide
+/// (a zero-width joiner too: outside an emoji a description has no use for one).
 fn invisible(c: char) -> bool {
-    matches!(c,
-        '\u{200B}'..='\u{200F}'
-        | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
-        | '\u{FEFF}'
-        | '\u{E0000}'..='\u{E007F}'
-    )
+    c == '\u{200D}' || crate::text::hidden_kind(c).is_some()
 }
 
 /// What is instruction-like in one text, in words; empty when nothing is.
 pub fn scan(text: &str) -> Vec<&'static str> {
     let mut found = Vec::new();
     if text.chars().any(invisible) {
-        found.push("invisible characters (zero-width, bidirectional or tag characters)");
+        found.push(
+            "invisible characters (zero-width, bidirectional, tag characters, variation selectors or fillers)",
+        );
     }
     let visible: String = text.chars().filter(|c| !invisible(*c)).collect();
     for i in SET.matches(&visible).iter() {

@@ -342,6 +342,31 @@ pub async fn watch(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> Ve
     toolgate_testkit::api::watch_events(c, token, id).await
 }
 
+/// An artifact's bytes, read through the API as the agent.
+pub async fn artifact_bytes(
+    c: &mut ToolgateClient<Channel>,
+    call: &str,
+    artifact: &str,
+) -> Vec<u8> {
+    use futures::StreamExt as _;
+    let mut s = c
+        .get_artifact(req(
+            AGENT,
+            pb::GetArtifactRequest {
+                call_id: call.into(),
+                artifact_id: artifact.into(),
+            },
+        ))
+        .await
+        .expect("artifact")
+        .into_inner();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = s.next().await {
+        bytes.extend(chunk.expect("chunk").data);
+    }
+    bytes
+}
+
 /// Propose a call as the agent; it must be accepted (decided, maybe denied).
 pub async fn submit(
     c: &mut ToolgateClient<Channel>,
