@@ -288,7 +288,16 @@ fn start(
         }
         let runtime = rec.status.runtime.get_or_insert_with(Default::default);
         runtime.started_at = Some(toolgate_crds::Timestamp(Timestamp::now()));
-        rec.sandbox = serde_json::to_value(p.slot.plan()).ok();
+        // The plan, and how this machine enforces its limits (the call's explanation shows both).
+        rec.sandbox = serde_json::to_value(p.slot.plan()).ok().map(|mut plan| {
+            if let Some(fields) = plan.as_object_mut() {
+                fields.insert(
+                    "enforcement".into(),
+                    serde_json::json!(p.slot.enforcement()),
+                );
+            }
+            plan
+        });
         *placed = Some(p);
     }
     Ok(steps)

@@ -187,6 +187,11 @@ impl Slot {
         &self.plan
     }
 
+    /// How its limits are enforced on this machine.
+    pub(crate) fn enforcement(&self) -> &toolgate_sandbox::spawn::Enforcement {
+        &self.sandboxed.enforcement
+    }
+
     /// Where the call's spec goes.
     pub(crate) fn spec_path(&self) -> PathBuf {
         self.dir.join("spec.json")

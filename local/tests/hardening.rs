@@ -690,6 +690,61 @@ async fn output_escapes_are_shown_not_run_and_an_intent_may_not_hide_text() {
     }
 }
 
+/// As root where no pids cgroup can be made (started under `ip netns exec`, in a container without
+/// writable cgroups), `maxProcesses` would bind nothing (RLIMIT_NPROC does not bind root): the call
+/// fails saying so instead of running unlimited. Here the runtime starts in a mount namespace
+/// where the pids hierarchy is an empty read-only folder.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_limit_nothing_can_enforce_fails_the_call_instead_of_running_unlimited() {
+    let root_user = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    });
+    if !root_user || !std::path::Path::new("/sys/fs/cgroup/pids").is_dir() {
+        eprintln!("skipped: needs root and a pids cgroup hierarchy to hide");
+        return;
+    }
+    let dir = setup();
+    add_tools(dir.path());
+    let root = dir.path();
+    let mut local = local_command(root, &root.join("data"), &root.join("workspace"));
+    local
+        .arg("--secrets")
+        .arg(root.join("secrets.yaml"))
+        .args(["--listen", "127.0.0.1:0"]);
+    let mut hidden = std::process::Command::new("unshare");
+    hidden
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg("mount -t tmpfs -o ro none /sys/fs/cgroup/pids && exec \"$@\"")
+        .arg("sh")
+        .arg(local.get_program())
+        .args(local.get_args());
+    for (k, v) in local.get_envs() {
+        match v {
+            Some(v) => hidden.env(k, v),
+            None => hidden.env_remove(k),
+        };
+    }
+    if let Some(d) = local.get_current_dir() {
+        hidden.current_dir(d);
+    }
+    let server = Server::spawn(hidden, None);
+    let mut c = server.client().await;
+    // The read-only policy limits processes to a handful.
+    let call = submit(&mut c, "h.fail", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    let said = format!("{:?}", done.conditions);
+    assert!(
+        said.contains("process.maxProcesses cannot be enforced here"),
+        "{said}"
+    );
+    assert!(
+        !done.conditions.iter().any(|k| k.r#type == "Started"),
+        "nothing ran: {said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_bomb_past_its_deadline_is_a_timeout_not_a_success() {
     let dir = setup();

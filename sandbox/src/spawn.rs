@@ -44,6 +44,15 @@ pub enum SpawnError {
         /// The symlink, inside the sandbox.
         link: String,
     },
+    /// A limit the policy sets cannot be enforced on this machine: the call must not run as if
+    /// it were.
+    #[error("{limit} cannot be enforced here: {why}")]
+    Unenforceable {
+        /// The policy's limit (`process.maxProcesses`).
+        limit: &'static str,
+        /// Why, and what would make it enforceable.
+        why: &'static str,
+    },
     /// A write root could not be created, or a temp file written.
     #[error("{what}: {source}")]
     Io {
@@ -60,7 +69,8 @@ pub enum SpawnError {
 pub struct Enforcement {
     /// `cgroup` or `rlimit-as`.
     pub memory: &'static str,
-    /// `cgroup`, `rlimit-nproc`, or `none` when neither binds (uid 0 without a pids cgroup).
+    /// `cgroup`, `rlimit-nproc`, or `unlimited` when the policy sets no limit (a limit neither
+    /// would bind refuses the sandbox: [`SpawnError::Unenforceable`]).
     pub processes: &'static str,
     /// The seccomp filters and what they refuse.
     pub seccomp: &'static str,
@@ -370,17 +380,26 @@ fn prepare_made(
     }
     // SAFETY: getuid(2) cannot fail.
     let root = unsafe { libc::getuid() } == 0;
+    if plan.limits.processes.is_some() && pids.is_none() && root {
+        // RLIMIT_NPROC does not bind uid 0: without a pids cgroup nothing would.
+        for dir in &cgroups {
+            remove_cgroup(dir);
+        }
+        return Err(SpawnError::Unenforceable {
+            limit: "process.maxProcesses",
+            why: "the runtime runs as root and cannot make a pids cgroup (RLIMIT_NPROC does not bind root); give it a writable pids cgroup, or run it as another user",
+        });
+    }
     let enforcement = Enforcement {
         memory: if memory.is_some() {
             "cgroup"
         } else {
             "rlimit-as"
         },
-        processes: match (plan.limits.processes, pids.is_some(), root) {
-            (None, _, _) => "unlimited",
-            (Some(_), true, _) => "cgroup",
-            (Some(_), false, false) => "rlimit-nproc",
-            (Some(_), false, true) => "none",
+        processes: match (plan.limits.processes, pids.is_some()) {
+            (None, _) => "unlimited",
+            (Some(_), true) => "cgroup",
+            (Some(_), false) => "rlimit-nproc",
         },
         seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, setuid/setgid modes, mknod, …) + clone3/openat2→ENOSYS",
     };
