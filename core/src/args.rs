@@ -137,6 +137,98 @@ pub(crate) fn validate_sized_args_with(
     ArgsReport { violations }
 }
 
+/// The JSON Schema `format` that marks a string arg as a path in the workspace.
+pub const PATH_FORMAT: &str = "path";
+
+/// Paths in the args, which a policy decides on as text, in the one form each has: a path
+/// property (`format: path` in the input schema, or `path` of a built-in file operation) is
+/// refused unless normalised — no `.` or `..` segment, no `//` — so `src/../secret.txt` cannot
+/// pass a rule that says `like "src/*"`, and a path that climbs out of the workspace is refused
+/// outright. The message gives the normalised form to send instead.
+pub fn path_violations(schema: &Value, args: &Value, builtin_path: bool) -> Vec<Violation> {
+    let mut found = Vec::new();
+    if builtin_path && let Some(path) = args.get("path").and_then(Value::as_str) {
+        check_path("/path", path, &mut found);
+    }
+    let mut stack = vec![(schema, args, String::new())];
+    while let Some((schema, value, pointer)) = stack.pop() {
+        if schema.get("format").and_then(Value::as_str) == Some(PATH_FORMAT)
+            && let Some(path) = value.as_str()
+            && !(builtin_path && pointer == "/path")
+        {
+            check_path(&pointer, path, &mut found);
+        }
+        match value {
+            Value::Object(fields) => {
+                if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                    for (name, property) in properties {
+                        if let Some(v) = fields.get(name) {
+                            let escaped = name.replace('~', "~0").replace('/', "~1");
+                            stack.push((property, v, format!("{pointer}/{escaped}")));
+                        }
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(item) = schema.get("items").filter(|i| i.is_object()) {
+                    for (i, v) in items.iter().enumerate() {
+                        stack.push((item, v, format!("{pointer}/{i}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// `path` with `.` and `..` segments resolved and repeated `/` collapsed (a trailing `/` kept
+/// off), or `None` when it climbs above where it starts.
+pub fn normalise_path(path: &str) -> Option<String> {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    Some(match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_string(),
+        (false, false) => joined,
+    })
+}
+
+fn check_path(pointer: &str, path: &str, found: &mut Vec<Violation>) {
+    let trimmed = path
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(path);
+    let message = match normalise_path(path) {
+        _ if path.is_empty() => return,
+        Some(normal) if normal == trimmed => return,
+        Some(normal) => format!(
+            "expected a normalised path (no `.`, `..` or `//` segments), got {}; send {}",
+            short_json(&Value::String(path.into())),
+            short_json(&Value::String(normal))
+        ),
+        None => format!(
+            "expected a path inside the workspace, got {}, which climbs out of it",
+            short_json(&Value::String(path.into()))
+        ),
+    };
+    found.push(Violation {
+        pointer: pointer.to_string(),
+        rule: "path".into(),
+        message,
+    });
+}
+
 /// Size, depth and shape, checked before any schema work.
 fn check_limits(args: &Value, size: usize, limits: &ArgsLimits) -> Option<ArgsReport> {
     let mut violations = Vec::new();
@@ -212,6 +304,53 @@ pub fn short_json(v: &Value) -> String {
         format!("{cut}...")
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_are_taken_only_in_their_normal_form() {
+        let schema = json!({"type": "object", "properties": {
+            "file": {"type": "string", "format": "path"},
+            "list": {"type": "array", "items": {"type": "string", "format": "path"}},
+            "note": {"type": "string"}}});
+        for ok in ["src/a.ts", "src/", ".", "/workspace/src", "a/b/c"] {
+            assert!(
+                path_violations(&schema, &json!({"file": ok}), false).is_empty(),
+                "{ok}"
+            );
+        }
+        for (bad, says) in [
+            ("src/../secret.txt", "send \"secret.txt\""),
+            ("src/./../x", "send \"x\""),
+            ("src//../x", "send \"x\""),
+            ("./src/a", "send \"src/a\""),
+            ("src/../../etc/passwd", "climbs out"),
+            ("..", "climbs out"),
+        ] {
+            let v = path_violations(
+                &schema,
+                &json!({"file": bad, "note": "../free text"}),
+                false,
+            );
+            assert_eq!(v.len(), 1, "{bad}: {v:?}");
+            assert_eq!(v[0].pointer, "/file");
+            assert!(v[0].message.contains(says), "{bad}: {}", v[0].message);
+        }
+        let v = path_violations(&schema, &json!({"list": ["ok", "a/../b"]}), false);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].pointer, "/list/1");
+        // A built-in file operation's `path` is a path whatever its schema says.
+        let plain = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+        assert!(path_violations(&plain, &json!({"path": "src/../x"}), false).is_empty());
+        assert_eq!(
+            path_violations(&plain, &json!({"path": "src/../x"}), true).len(),
+            1
+        );
     }
 }
 

@@ -297,7 +297,17 @@ pub fn decide(
     let (args_digest, canonical_len) = digest::args_digest_sized(&spec.args);
     d.args_digest = args_digest.ok();
     let report: ArgsReport = match &tool.input_validator {
-        Some(v) => validate_sized_args_with(v, &spec.args, canonical_len, limits),
+        Some(v) => {
+            let mut report = validate_sized_args_with(v, &spec.args, canonical_len, limits);
+            if report.is_valid() {
+                report.violations = crate::args::path_violations(
+                    &tool.spec.schemas.input_schema,
+                    &spec.args,
+                    tool.spec.execution.adapter == toolgate_crds::ExecutionAdapter::Builtin,
+                );
+            }
+            report
+        }
         None => ArgsReport {
             violations: vec![Violation {
                 pointer: String::new(),

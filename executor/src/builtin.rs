@@ -1,6 +1,6 @@
 //! Built-in operations: file writes and deletes under the write roots, which a CLI could only do
 //! through a shell. Paths are relative to the working directory, may not climb out with `..`, and
-//! must resolve inside a write root without crossing a symlink at the last step.
+//! must resolve inside a write root without crossing a symlink on the way or at the last step.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -73,6 +73,23 @@ fn resolve(spec: &ExecSpec, path: &str) -> Result<PathBuf, BuiltinError> {
     }
     let real = std::fs::canonicalize(&existing)
         .map_err(|e| BuiltinError::Io(existing.display().to_string(), e))?;
+    // The folder must be the one the path names: a symlinked folder on the way (`src/ci ->
+    // ../ci`) would put the file under another prefix than the one a policy decided on.
+    let named = std::fs::canonicalize(&base)
+        .map_err(|e| BuiltinError::Io(base.display().to_string(), e))?
+        .join(
+            existing
+                .strip_prefix(&base)
+                .unwrap_or(Path::new(""))
+                .components()
+                .filter(|c| matches!(c, Component::Normal(_)))
+                .collect::<PathBuf>(),
+        );
+    if real != named {
+        return Err(bad(
+            "goes through a symlinked folder to another place; refusing to follow it",
+        ));
+    }
     let roots: Vec<PathBuf> = spec
         .write_roots
         .iter()

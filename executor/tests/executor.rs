@@ -673,6 +673,24 @@ fn builtin_file_operations_stay_in_the_write_roots() {
         r.result
     );
     assert!(!dir.path().join("owned.txt").exists());
+    // Nor one that stays inside: `src/ci -> ../ci` would put a file a policy allowed under
+    // `src/` into `ci/`.
+    std::fs::create_dir_all(ws.join("ci")).expect("ci");
+    std::os::unix::fs::symlink("../ci", ws.join("src/ci")).expect("symlink");
+    let r = run_spec(
+        dir.path(),
+        &builtin_spec(
+            dir.path(),
+            "fs.write",
+            json!({"path": "src/ci/deploy.yml", "content": "x"}),
+        ),
+    );
+    assert_eq!(
+        r.result["error"]["code"], "path-outside-write-roots",
+        "{:#}",
+        r.result
+    );
+    assert!(!ws.join("ci/deploy.yml").exists());
 
     let mut del = builtin_spec(
         dir.path(),

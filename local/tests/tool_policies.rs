@@ -347,3 +347,87 @@ async fn metrics_count_phases_decisions_and_shadow_forbids() {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
 }
+
+/// A rule over a path argument holds for the file the tool opens: `src/../secret.txt` (and
+/// `src/./../`, `src//../`) is refused before the policy sees it, with the normalised form to
+/// send, and a path out of the workspace is refused outright.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_path_rule_cannot_be_walked_around_with_dot_segments() {
+    let dir = setup();
+    let m = dir.path().join("manifests");
+    let cat = toolgate_testkit::fixtures::Tool::test("test.cat")
+        .argv("[cat, \"{{path}}\"]")
+        .yaml("team-a")
+        .replace(
+            "msg: {type: string, maxLength: 64}",
+            "path: {type: string, format: path, maxLength: 200}",
+        );
+    assert!(cat.contains("format: path"), "{cat}");
+    std::fs::write(m.join("tools/test-cat.yaml"), cat).expect("tool");
+    std::fs::write(
+        m.join("cat-policy.yaml"),
+        format!(
+            r#"{}---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolPolicy
+metadata: {{name: reads-under-src, namespace: team-a}}
+spec:
+  mode: enforce
+  policies: |
+    @id("reads-under-src")
+    @reason("the fixer reads only under src/")
+    forbid (principal, action == Action::"test.cat", resource)
+    unless {{ context.args has path && context.args.path like "src/*" }};
+"#,
+            toolgate_testkit::fixtures::grant("team-a", "cat-tools", &["test.cat"])
+        ),
+    )
+    .expect("policy");
+    let ws = dir.path().join("workspace");
+    std::fs::create_dir_all(ws.join("src")).expect("src");
+    std::fs::write(ws.join("src/a.txt"), "source text\n").expect("a");
+    std::fs::write(ws.join("secret.txt"), "top secret 0451\n").expect("secret");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+
+    let ok = submit(
+        &mut c,
+        "test.cat",
+        serde_json::json!({"path": "src/a.txt"}),
+        "execute",
+    )
+    .await;
+    let ok = wait_phase(&mut c, &ok.id, &["Succeeded", "Failed", "Denied"]).await;
+    assert_eq!(ok.phase, "Succeeded", "{:#?}", ok.conditions);
+    assert_eq!(ok.output_preview.trim(), "source text");
+
+    for (path, says) in [
+        ("src/../secret.txt", "send \"secret.txt\""),
+        ("src/./../secret.txt", "send \"secret.txt\""),
+        ("src//../secret.txt", "send \"secret.txt\""),
+        ("src/../../etc/passwd", "climbs out"),
+    ] {
+        let call = submit(
+            &mut c,
+            "test.cat",
+            serde_json::json!({"path": path}),
+            "execute",
+        )
+        .await;
+        let call = wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
+        assert_eq!(call.phase, "Denied", "{path}: {:#?}", call.conditions);
+        let said = format!("{:?}", call.conditions);
+        let args = call
+            .conditions
+            .iter()
+            .find(|k| k.r#type == "ArgsValidated")
+            .expect("ArgsValidated");
+        assert_eq!(
+            (args.status.as_str(), args.reason.as_str()),
+            ("False", "ArgsInvalid")
+        );
+        assert!(args.message.starts_with("/path: "), "{path}: {said}");
+        assert!(args.message.contains(says), "{path}: {said}");
+        assert!(!said.contains("0451") && !call.output_preview.contains("0451"));
+    }
+}
