@@ -520,14 +520,12 @@ fn safe_relative(p: &str) -> bool {
 
 /// A shell told to run its next argument as a command line (`sh -c`), if the interpreter is one.
 fn shell_with_command(interpreter: &[String]) -> Option<String> {
-    let program = interpreter.first()?.rsplit('/').next()?;
-    let shell = matches!(program, "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash");
-    (shell
-        && interpreter
-            .iter()
-            .skip(1)
-            .any(|a| a.starts_with('-') && a.contains('c')))
-    .then(|| interpreter.join(" "))
+    let mut argv = interpreter.to_vec();
+    // The script's path comes last: an interpreter `[sh, -c]` would run it as a command line.
+    argv.push(String::new());
+    crate::risk::inline_code(&argv)
+        .filter(|(_, program)| crate::risk::is_shell(program))
+        .map(|_| interpreter.join(" "))
 }
 
 impl SkillEntry {

@@ -464,6 +464,16 @@ fn add_tools(root: &std::path::Path) {
             ),
         ),
         (
+            "h-shell",
+            tool(
+                "h.shell",
+                "[sh, -c, \"echo {{msg}}\"]",
+                "on_risk",
+                "read-only",
+                15000,
+            ),
+        ),
+        (
             "h-gvisor",
             tool(
                 "h.gvisor",
@@ -495,7 +505,7 @@ metadata: {name: hardening-tools, namespace: team-a}
 spec:
   subjects:
   - {kind: ServiceAccount, name: fixer, namespace: team-a}
-  tools: {names: [h.fail, h.killed, h.bomb, h.etc, h.escapes, h.gvisor]}
+  tools: {names: [h.fail, h.killed, h.bomb, h.etc, h.escapes, h.shell, h.gvisor]}
   scopes: ["workspace:read"]
   reason: hardening tests
 "#,
@@ -743,6 +753,35 @@ async fn a_process_limit_nothing_can_enforce_fails_the_call_instead_of_running_u
         !done.conditions.iter().any(|k| k.r#type == "Started"),
         "nothing ran: {said}"
     );
+}
+
+/// An argv that makes an arg part of a shell script is a command injection waiting for a model to
+/// write it: lint says so and the tool is L4, so under `on_risk` a person approves each call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_templated_shell_script_waits_for_a_person_and_lint_says_why() {
+    let dir = setup();
+    add_tools(dir.path());
+    let out = std::process::Command::new(toolgate_binary())
+        .arg("lint")
+        .arg(dir.path().join("manifests/tools/h-shell.yaml"))
+        .output()
+        .expect("lint");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("spec.execution.argv[2]") && said.contains("[templated-script]"),
+        "{said}"
+    );
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = submit(
+        &mut c,
+        "h.shell",
+        serde_json::json!({"msg": "hi; cat /etc/hostname"}),
+        "execute",
+    )
+    .await;
+    assert_eq!(call.phase, "AwaitingApproval", "{:#?}", call.conditions);
+    assert_eq!(call.risk_tier, "L4", "{:#?}", call.conditions);
 }
 
 #[tokio::test(flavor = "multi_thread")]

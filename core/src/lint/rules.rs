@@ -394,8 +394,22 @@ fn descriptor(
         }
     }
 
+    // An arg that becomes code a shell or interpreter runs: the tier rises to L4 (a human
+    // approves each call under `on_risk`), and the author is told how to pass it safely.
+    if let Some((i, program)) = risk::templated_code(&d.execution.argv) {
+        out.push((
+            Severity::Warning,
+            format!("spec.execution.argv[{i}]"),
+            "templated-script",
+            format!(
+                "{program} runs this argument as code and it holds an arg: an arg that is code is a command injection; pass each arg as its own argument (`[{program}, -c, 'grep -- \"$1\" src', {program}, \"{{{{pattern}}}}\"]`). The tool is {} for this",
+                risk::descriptor_tier(d)
+            ),
+        ));
+    }
+
     // The declared risk must be honest about what the tool does.
-    let tier = risk::descriptor_tier(d);
+    let tier = risk::declared_tier(d);
     let min = risk::minimum_severity(tier);
     if d.risk.level < min {
         out.push((
