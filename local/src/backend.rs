@@ -267,7 +267,10 @@ impl Backend for Runtime {
         let sandbox = toolgate_core::lifecycle::sandbox_view(
             &self.snapshot(&loaded, &rec, &rec.approvals, &[], &[])?,
             &call,
-            serde_json::json!({"runtime": "local", "plan": rec.sandbox}),
+            serde_json::json!({
+                "runtime": "local",
+                "plan": rec.sandbox.as_ref().map(|p| plan_for_agent(p, &self.inner.config)),
+            }),
         );
         Ok(toolgate_api::convert::explanation(
             call_message(&rec),
@@ -352,4 +355,69 @@ impl Backend for Runtime {
         });
         Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
     }
+}
+
+/// What an agent is shown of its call's sandbox plan: paths in the workspace relative to it,
+/// other system paths as they are, and none of the runtime's own (its data folder, the executor's
+/// files); the environment's names without their values. Where the workspace is on the host and
+/// the runtime's `PATH` are not the agent's to know. The stored plan keeps everything.
+fn plan_for_agent(plan: &serde_json::Value, config: &crate::runtime::Config) -> serde_json::Value {
+    use serde_json::Value;
+    let canonical =
+        |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let workspace = [config.workspace.clone(), canonical(&config.workspace)];
+    let mut private = vec![config.data.clone(), canonical(&config.data)];
+    let runs = config
+        .runs
+        .clone()
+        .unwrap_or_else(|| crate::slot::default_run_folder(&config.data));
+    private.extend([canonical(&runs), runs]);
+    let shown = |path: &str| -> Option<Value> {
+        let p = std::path::Path::new(path);
+        for w in &workspace {
+            if let Ok(rel) = p.strip_prefix(w) {
+                let rel = rel.display().to_string();
+                return Some(Value::String(if rel.is_empty() { ".".into() } else { rel }));
+            }
+        }
+        (!private.iter().any(|d| p.starts_with(d))).then(|| Value::String(path.into()))
+    };
+    let Some(fields) = plan.as_object() else {
+        return Value::Null;
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in fields {
+        let shown_value = match key.as_str() {
+            // The executor's own files and the copy of /etc: the runtime's, not the tool's.
+            "runtime" | "etc" => continue,
+            "readOnly" | "writable" => Value::Array(
+                value
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b.get("inside").and_then(Value::as_str).and_then(shown))
+                    .collect(),
+            ),
+            "hidden" => Value::Array(
+                value
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.as_str().and_then(shown))
+                    .collect(),
+            ),
+            "cwd" => value.as_str().and_then(shown).unwrap_or(Value::Null),
+            "env" => Value::Array(
+                value
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|pair| pair.get(0).cloned())
+                    .collect(),
+            ),
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), shown_value);
+    }
+    Value::Object(out)
 }

@@ -784,6 +784,50 @@ async fn a_templated_shell_script_waits_for_a_person_and_lint_says_why() {
     assert_eq!(call.risk_tier, "L4", "{:#?}", call.conditions);
 }
 
+/// ExplainCall shows an agent its sandbox in the workspace's terms: no host path of the
+/// workspace or the data folder, no environment values (the runtime's `PATH`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_explanation_shows_the_agent_no_host_paths_or_environment_values() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let call = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "hi"}),
+        "execute",
+    )
+    .await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    let explained = explain(&mut c, &call.id).await;
+    let sandbox: serde_json::Value =
+        serde_json::from_str(&explained.sandbox_json).expect("sandbox json");
+    let plan = &sandbox["placement"]["plan"];
+    assert!(plan.is_object(), "{sandbox:#}");
+    assert_eq!(plan["cwd"], "/workspace", "{plan:#}");
+    assert!(
+        plan["env"]
+            .as_array()
+            .is_some_and(|e| e.contains(&serde_json::json!("PATH"))),
+        "{plan:#}"
+    );
+    assert!(
+        plan["limits"].is_object() && plan["enforcement"].is_object(),
+        "{plan:#}"
+    );
+    let everything = &explained.sandbox_json;
+    let root = std::fs::canonicalize(dir.path()).expect("root");
+    for private in [dir.path().display().to_string(), root.display().to_string()] {
+        assert!(!everything.contains(&private), "{private} in {sandbox:#}");
+    }
+    let path = std::env::var("PATH").expect("PATH");
+    assert!(
+        !everything.contains(&path),
+        "the runtime's PATH in {sandbox:#}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_bomb_past_its_deadline_is_a_timeout_not_a_success() {
     let dir = setup();
