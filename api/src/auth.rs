@@ -36,6 +36,15 @@ impl Caller {
         }
     }
 
+    /// Whose grants the caller's calls are decided by: a subagent's delegator (narrowed by its
+    /// delegation), anyone else's own.
+    pub fn grantee(&self) -> Principal {
+        match &self.delegation {
+            Some(d) => Principal::new(d.delegator.clone()).with_groups(d.delegator_groups.clone()),
+            None => self.principal.clone(),
+        }
+    }
+
     /// The principal's name.
     pub fn name(&self) -> &str {
         &self.principal.name

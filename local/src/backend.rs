@@ -91,8 +91,7 @@ impl Backend for Runtime {
             .and_then(|parent| self.subagent_of(&self.loaded(), &parent))
             .map(|s| s.allowed_tools)
             .unwrap_or_default();
-        let delegator = Principal::new(d.delegator.clone()).with_groups(d.delegator_groups.clone());
-        self.view_within(&ns, &delegator, &req, Some(&allowed))
+        self.view_within(&ns, &caller.grantee(), &req, Some(&allowed))
     }
 
     async fn delegation_token(

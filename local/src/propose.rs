@@ -21,6 +21,7 @@ impl Runtime {
         let namespace = proposal.namespace.clone();
         let loaded = self.loaded();
         let registry = &loaded.policies.registry;
+        toolgate_core::lifecycle::may_propose_in(registry, &namespace, &caller.grantee())?;
         let tool_name = registry.resolve_name(&namespace, &proposal.tool);
         // Pin the version decided against, so the record names it (invariant 1).
         let digest = proposal.tool_digest.clone().or_else(|| {

@@ -828,6 +828,57 @@ async fn an_explanation_shows_the_agent_no_host_paths_or_environment_values() {
     );
 }
 
+/// An agent with no grant in a namespace cannot leave call records there, nor learn which tools
+/// exist there: a tool that exists and one that does not get the same answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_without_a_grant_keeps_no_record_and_hides_which_tools_exist() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("manifests/tools/team-b-echo.yaml"),
+        format!(
+            "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: read-only, namespace: team-b}}\nspec:\n  mode: read_only\n  filesystem: {{readRoots: [], writeRoots: []}}\n  network: {{egress: none}}\n  process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 8, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n",
+            Tool::test("test.echo").yaml("team-b")
+        ),
+    )
+    .expect("team-b tool");
+    let server = Server::start(dir.path());
+    let mut c = server.client().await;
+    let mut answers = Vec::new();
+    for tool in ["test.echo", "no.such-tool"] {
+        let mut p = propose(tool, serde_json::json!({"msg": "hi"}), "execute");
+        p.namespace = "team-b".into();
+        let e = c
+            .propose_call(req(AGENT, p))
+            .await
+            .expect_err("no grant in team-b");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{tool}: {e}");
+        assert_eq!(code_of(&e), "no-grant-in-namespace", "{tool}: {e}");
+        answers.push(e.message().to_string());
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "the answer says whether the tool exists"
+    );
+    assert!(
+        !dir.path().join("data/calls/team-b").exists(),
+        "a record was kept in team-b"
+    );
+    // Where the agent has a grant, nothing changed.
+    let ok = submit(
+        &mut c,
+        "test.echo",
+        serde_json::json!({"msg": "hi"}),
+        "execute",
+    )
+    .await;
+    assert_eq!(
+        wait_phase(&mut c, &ok.id, &["Succeeded", "Failed"])
+            .await
+            .phase,
+        "Succeeded"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_bomb_past_its_deadline_is_a_timeout_not_a_success() {
     let dir = setup();

@@ -32,7 +32,7 @@ pub use finish::{
     cancellation, cancelled, finished_steps, interrupted, lease_to_revoke, may_cancel, no_result,
     revocation,
 };
-pub use propose::{decision_steps, propose, requested, same_proposal, unplaceable};
+pub use propose::{decision_steps, may_propose_in, propose, requested, same_proposal, unplaceable};
 pub use run::{
     Credential, DelegationStart, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target,
     start_delegation, start_steps,

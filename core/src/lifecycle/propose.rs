@@ -12,6 +12,27 @@ use super::step::{Step, camel, reasons_text};
 use super::{Refusal, cannot_run, ended_without_running};
 use crate::decision::Decision;
 
+/// Whether `principal` may propose calls in `namespace` at all: only where a grant names it.
+/// Asked before a call is recorded and before its tool is looked up, so a namespace where the
+/// caller has no grant keeps no record of the attempt and answers the same whether or not a tool
+/// of that name exists there.
+pub fn may_propose_in(
+    registry: &crate::registry::Registry,
+    namespace: &str,
+    principal: &crate::principal::Principal,
+) -> Result<(), Refusal> {
+    if registry.grants_for(namespace, principal).is_empty() {
+        return Err(Refusal::PermissionDenied {
+            code: "no-grant-in-namespace",
+            message: format!(
+                "{} has no ToolGrant in namespace {namespace}: calls are proposed where a grant gives the caller tools",
+                principal.name
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The steps of a new call: ToolCallRequested, then what the decision says (see
 /// [`decision_steps`]). `place` is the runtime's check that it can run the call's target.
 pub fn propose(

@@ -57,8 +57,7 @@ impl Backend for KubeBackend {
             .and_then(|p| crate::delegation::subagent_of(&self.cache, &ns, &p))
             .map(|s| s.allowed_tools)
             .unwrap_or_default();
-        let delegator = toolgate_core::principal::Principal::new(d.delegator.clone())
-            .with_groups(d.delegator_groups.clone());
+        let delegator = caller.grantee();
         tool_view(
             &cluster.policies,
             &cluster.usage,
@@ -79,6 +78,7 @@ impl Backend for KubeBackend {
         self.in_scope(&ns)?;
         let cluster = self.cache.namespace(&ns, "");
         let registry = &cluster.policies.registry;
+        toolgate_core::lifecycle::may_propose_in(registry, &ns, &caller.grantee())?;
         let tool = registry.resolve_name(&ns, &proposal.tool);
         // Pin the version the call is decided against (invariant 1).
         let digest = proposal
