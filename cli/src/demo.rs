@@ -139,7 +139,7 @@ fn demo_manifests(dir: &Path, tracker: &str) -> anyhow::Result<()> {
             "sandbox-policies.yaml" => text
                 .replace(
                     "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
-                    "allowDomains: [\"127.0.0.1\"]\n    denyPrivateNetworks: false",
+                    &format!("allowDomains: [\"{tracker}\"]\n    denyPrivateNetworks: false"),
                 )
                 .replace("  runtimeClassName: gvisor\n", ""),
             _ => (*text).to_string(),
@@ -340,7 +340,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     let mut reviewer = Client::connect(&url, &reviewer_token, &plain).await?;
     let mut story = Story { seen: Vec::new() };
 
-    story.say(&format!("toolgate demo — an agent fixes a failing test\n  runtime: toolgate local on {addr} (gRPC), data in {}\n  agent:   {FIXER}\n  human:   {REVIEWER} (may approve calls in team-a)\n  The scenario files an issue on GitHub; there is no internet here, so a local HTTP service on {tracker} stands in for api.github.com, and the demo's copy of the github-api sandbox policy allows 127.0.0.1 instead.", data.display()));
+    story.say(&format!("toolgate demo — an agent fixes a failing test\n  runtime: toolgate local on {addr} (gRPC), data in {}\n  agent:   {FIXER}\n  human:   {REVIEWER} (may approve calls in team-a)\n  The scenario files an issue on GitHub; there is no internet here, so a local HTTP service on {tracker} stands in for api.github.com, and the demo's copy of the github-api sandbox policy allows {tracker} instead.", data.display()));
 
     story.step(1, "The agent asks for its tool view");
     let view = agent

@@ -141,14 +141,15 @@ pub struct FilesystemPolicy {
 pub struct NetworkPolicy {
     /// `none` (loopback only), `allowlist` or `open`.
     pub egress: EgressMode,
-    /// Domains reachable with `allowlist` (`api.github.com`, `*.example.com`).
+    /// Domains reachable with `allowlist` (`api.github.com`, `*.example.com`), each on the
+    /// scheme's default port unless the entry names one (`api.example.com:8443`).
     #[serde(default)]
     #[schemars(
         length(max = 64),
         inner(
             length(min = 1, max = 253),
             regex(
-                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[1-9][0-9]{0,4})?$"
             )
         )
     )]

@@ -14,15 +14,36 @@ use crate::sink::Sink;
 use crate::spec::{Credential, ExecError};
 use toolgate_artifacts::ArtifactStore;
 
-/// Whether `host` is one of the allowed domains (`*.example.com` matches subdomains only).
-pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    allowed.iter().any(|a| {
-        let a = a.to_ascii_lowercase();
-        match a.strip_prefix("*.") {
+/// Whether `url` may be reached under the allowed domains: its host is one of them
+/// (`*.example.com` matches subdomains only) and its port is the one the entry names
+/// (`api.example.com:8443`), or the scheme's default port when the entry names none — an allowed
+/// host is not every service that host runs.
+pub fn url_allowed(url: &reqwest::Url, allowed: &[String]) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    allowed.iter().any(|entry| {
+        let entry = entry.to_ascii_lowercase();
+        let (name, port) = match entry.rsplit_once(':') {
+            Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+                (name.to_string(), port.parse::<u16>().ok())
+            }
+            _ => (entry.clone(), None),
+        };
+        let host_matches = match name.strip_prefix("*.") {
             Some(base) => host.len() > base.len() + 1 && host.ends_with(&format!(".{base}")),
-            None => host == a,
-        }
+            None => host == name,
+        };
+        let port_matches = match port {
+            Some(p) => url.port_or_known_default() == Some(p),
+            None => url.port().is_none(),
+        };
+        host_matches && port_matches
     })
 }
 
@@ -113,10 +134,11 @@ pub fn egress_client_with(
     deny_private_networks: bool,
     timeout: Duration,
 ) -> Result<reqwest::Client, String> {
-    let host = url.host_str().unwrap_or_default().to_string();
-    if !host_allowed(&host, allowed_domains) {
+    if !url_allowed(url, allowed_domains) {
+        let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
         return Err(format!(
-            "{host} is not among the sandbox's allowed domains ({})",
+            "{}{port} is not among the sandbox's allowed domains ({}; an entry without a port allows the scheme's default port only)",
+            url.host_str().unwrap_or_default(),
             allowed_domains.join(", ")
         ));
     }
@@ -130,11 +152,7 @@ pub fn egress_client_with(
     }
     let allowed = allowed_domains.to_vec();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        let ok = attempt.previous().len() < 5
-            && attempt
-                .url()
-                .host_str()
-                .is_some_and(|h| host_allowed(h, &allowed));
+        let ok = attempt.previous().len() < 5 && url_allowed(attempt.url(), &allowed);
         if ok { attempt.follow() } else { attempt.stop() }
     });
     let mut builder = reqwest::Client::builder();
@@ -355,13 +373,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allowed_hosts() {
-        let allowed = vec!["api.github.com".to_string(), "*.example.com".to_string()];
-        assert!(host_allowed("api.github.com", &allowed));
-        assert!(host_allowed("API.GitHub.com.", &allowed));
-        assert!(host_allowed("a.example.com", &allowed));
-        assert!(!host_allowed("example.com", &allowed));
-        assert!(!host_allowed("evil-example.com", &allowed));
-        assert!(!host_allowed("api.github.com.evil.net", &allowed));
+    fn allowed_hosts_and_ports() {
+        let allowed = vec![
+            "api.github.com".to_string(),
+            "*.example.com".to_string(),
+            "127.0.0.1:8080".to_string(),
+        ];
+        let ok = |u: &str| url_allowed(&reqwest::Url::parse(u).expect("url"), &allowed);
+        assert!(ok("https://api.github.com/repos"));
+        assert!(ok("https://API.GitHub.com./repos"));
+        assert!(ok("https://api.github.com:443/repos"));
+        assert!(ok("http://a.example.com/"));
+        assert!(ok("http://127.0.0.1:8080/mcp"));
+        assert!(!ok("https://example.com/"));
+        assert!(!ok("https://evil-example.com/"));
+        assert!(!ok("https://api.github.com.evil.net/"));
+        // Another port of an allowed host is another service.
+        assert!(!ok("https://api.github.com:8443/"));
+        assert!(!ok("http://127.0.0.1:9090/"));
+        assert!(!ok("http://127.0.0.1/"));
     }
 }

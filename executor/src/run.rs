@@ -104,9 +104,14 @@ pub async fn execute(
     // Belt and braces: nothing model-visible leaves without a last redaction pass; what people
     // and models read shows escape sequences and hiding characters instead of running them (the
     // artifact keeps the bytes).
-    result.output_preview = result
-        .output_preview
-        .map(|p| neutralise(&redactor.redact_str(&p)).into_owned());
+    // Shown characters take more bytes than the controls they stand for: the preview's bound
+    // holds after.
+    result.output_preview = result.output_preview.map(|p| {
+        toolgate_core::text::cut(
+            &neutralise(&redactor.redact_str(&p)),
+            spec.context.preview_bytes(),
+        )
+    });
     result.structured_output = result.structured_output.map(|v| redact_value(&redactor, v));
     if let Some(e) = result.error.as_mut() {
         e.message = neutralise(&redactor.redact_str(&e.message)).into_owned();

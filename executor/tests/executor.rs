@@ -478,7 +478,7 @@ fn http_spec(dir: &Path, port: u16) -> Value {
     });
     spec["args"] =
         json!({"owner": "acme", "repo": "web app/..", "title": "flaky test", "labels": ["bug"]});
-    spec["allowedDomains"] = json!(["127.0.0.1"]);
+    spec["allowedDomains"] = json!([format!("127.0.0.1:{port}")]);
     spec["credentials"] = json!([{"binding": "github-issues-bot", "fileName": "token"}]);
     spec["outputSchema"] = json!({"type": "object", "required": ["number"]});
     spec["context"]["exposeOutputToModel"] = json!("structured");
@@ -542,13 +542,32 @@ fn the_http_adapter_stays_inside_the_allowed_domains() {
         r.result
     );
 
+    // Another port of the allowed host is another service: a redirect there is not followed.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("other");
+    other.set_nonblocking(true).expect("nonblocking");
+    let other_port = other.local_addr().expect("addr").port();
+    let (port, server) = http_server(vec![format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{other_port}/admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )]);
+    let r = run_spec(dir.path(), &http_spec(dir.path(), port));
+    server.join().expect("server");
+    assert_eq!(
+        r.result["error"]["code"], "redirect-refused",
+        "{:#}",
+        r.result
+    );
+    assert!(
+        other.accept().is_err(),
+        "the redirect to another port was followed"
+    );
+
     let mut spec = http_spec(dir.path(), 9);
-    spec["allowedDomains"] = json!(["api.github.com"]);
+    spec["allowedDomains"] = json!(["api.github.com", "127.0.0.1"]);
     let r = run_spec(dir.path(), &spec);
     assert_eq!(r.code, 72);
     assert!(
         r.stderr
-            .contains("127.0.0.1 is not among the sandbox's allowed domains"),
+            .contains("127.0.0.1:9 is not among the sandbox's allowed domains"),
         "{}",
         r.stderr
     );

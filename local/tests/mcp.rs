@@ -773,6 +773,11 @@ fn digest_of(normalized: &str, descriptor: &str) -> String {
 }
 
 fn everything_manifests(url: &str, enabled: &str) -> String {
+    // The server's host and port: an allowlist entry without a port allows the default one only.
+    let host = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_default();
     format!(
         r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
@@ -780,7 +785,7 @@ metadata: {{name: mcp-http, namespace: team-a}}
 spec:
   mode: read_only
   filesystem: {{readRoots: [], writeRoots: []}}
-  network: {{egress: allowlist, allowDomains: ["127.0.0.1"], denyPrivateNetworks: false}}
+  network: {{egress: allowlist, allowDomains: ["{host}"], denyPrivateNetworks: false}}
   environment: {{inheritedEnv: [PATH, LANG]}}
   process: {{timeoutMs: 30000, maxMemoryMb: 256, maxProcesses: 32, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
 ---

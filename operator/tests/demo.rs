@@ -98,7 +98,6 @@ fn start_tracker(host: &str) -> (String, Requests) {
 /// RuntimeClass), GitHub's API replaced by the tracker at `tracker` (an address of this machine,
 /// hence private).
 fn example_manifests(ns: &str, tracker: &str) -> String {
-    let tracker_host = tracker.rsplit_once(':').map_or(tracker, |(h, _)| h);
     let examples = [
         "examples/tools",
         "examples/grants.yaml",
@@ -117,7 +116,7 @@ fn example_manifests(ns: &str, tracker: &str) -> String {
     )
     .replace(
         "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
-        &format!("allowDomains: [\"{tracker_host}\"]\n    denyPrivateNetworks: false"),
+        &format!("allowDomains: [\"{tracker}\"]\n    denyPrivateNetworks: false"),
     );
     node::on_the_node(&examples)
 }

@@ -100,7 +100,11 @@ fn manifests(
     time: &str,
 ) -> String {
     let venv = venv.display();
-    let host = node::host_ip();
+    // The server's host and port: an allowlist entry without a port allows the default one only.
+    let host = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_default();
     let manifests = format!(
         r#"apiVersion: toolgate.dev/v1alpha1
 kind: SandboxPolicy
