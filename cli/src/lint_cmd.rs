@@ -15,13 +15,33 @@ pub enum Format {
     Json,
 }
 
-pub fn run(paths: &[PathBuf], format: Format) -> anyhow::Result<ExitCode> {
+pub fn run(paths: &[PathBuf], format: Format, review: bool) -> anyhow::Result<ExitCode> {
     let linter = linter()?;
     let report = lint_paths(&linter, paths, jiff::Timestamp::now());
+    let unreviewed = if review {
+        toolgate_core::lint::poisoning::unreviewed(&report.objects)
+    } else {
+        Vec::new()
+    };
     match format {
         Format::Text => {
             for f in &report.findings {
                 outln!("{f}");
+            }
+            for u in &unreviewed {
+                outln!(
+                    "{}: review: ToolDescriptor/{} ({}) is {}, reviewed {}: read its description and schemas, then annotate {}: \"{}\"",
+                    u.source,
+                    u.name,
+                    u.namespace,
+                    u.digest,
+                    u.reviewed.as_deref().unwrap_or("never"),
+                    toolgate_core::lint::poisoning::REVIEWED_ANNOTATION,
+                    u.digest
+                );
+            }
+            if review {
+                outln!("{} descriptor(s) to review", unreviewed.len());
             }
             outln!(
                 "{} documents, {} objects: {} errors, {} warnings",
@@ -47,7 +67,22 @@ pub fn run(paths: &[PathBuf], format: Format) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            outln!("{}", serde_json::to_string_pretty(&items)?);
+            if review {
+                let listed: Vec<serde_json::Value> = unreviewed
+                    .iter()
+                    .map(|u| {
+                        serde_json::json!({
+                            "file": u.source, "namespace": u.namespace, "name": u.name,
+                            "digest": u.digest, "reviewed": u.reviewed,
+                        })
+                    })
+                    .collect();
+                toolgate_client::out::json(
+                    &serde_json::json!({"findings": items, "review": listed}),
+                );
+            } else {
+                toolgate_client::out::json(&serde_json::Value::Array(items));
+            }
         }
     }
     Ok(if report.errors() > 0 {

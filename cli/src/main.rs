@@ -55,6 +55,12 @@ enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: lint_cmd::Format,
+        /// Also list the first-party and workspace ToolDescriptors changed since their last
+        /// review (their `toolgate.dev/description-reviewed` annotation is not their digest),
+        /// with the digest to set once a person has read them. With `-o json` the output is
+        /// `{findings, review}`.
+        #[arg(long)]
+        review: bool,
     },
     /// Decide a ToolCall offline against a folder of manifests. Exits 0 allow, 3 approval
     /// needed, 4 deny, 2 when the manifests do not lint.
@@ -247,7 +253,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds { out } => crds_cmd::run(out.as_deref()),
         Command::Reference { out } => reference::run(&Cli::command(), &out),
-        Command::Lint { paths, output } => lint_cmd::run(&paths, output),
+        Command::Lint {
+            paths,
+            output,
+            review,
+        } => lint_cmd::run(&paths, output, review),
         Command::Check {
             manifests,
             call,

@@ -732,3 +732,72 @@ fn the_client_binary_runs_the_client_commands_and_hands_everything_else_to_the_f
         "{err}"
     );
 }
+
+/// `lint --review` lists each first-party descriptor changed since its last review, with the
+/// digest to set once a person has read it; a reviewed one leaves the list until it changes.
+#[test]
+fn lint_review_lists_the_descriptors_changed_since_their_review() {
+    let list = |dir: &Path| -> serde_json::Value {
+        let out = toolgate(&["lint", "--review", "-o", "json", &dir.display().to_string()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["review"]
+            .as_array()
+            .expect("review")
+            .iter()
+            .map(|u| u["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    let dir = examples_with(
+        "tools/file-read.yaml",
+        "metadata: {name: file.read",
+        "metadata: {name: file.read",
+    );
+    let before = list(dir.path());
+    assert!(
+        names(&before).contains(&"file.read".to_string()),
+        "{before:#}"
+    );
+    let digest = before["review"]
+        .as_array()
+        .and_then(|l| l.iter().find(|u| u["name"] == "file.read"))
+        .and_then(|u| u["digest"].as_str())
+        .expect("digest")
+        .to_string();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    // Reviewed at this digest: off the list.
+    let tool = dir.path().join("tools/file-read.yaml");
+    let text = std::fs::read_to_string(&tool).expect("tool");
+    let reviewed = text.replace(
+        "metadata: {name: file.read, namespace: team-a",
+        &format!(
+            "metadata: {{annotations: {{toolgate.dev/description-reviewed: \"{digest}\"}}, name: file.read, namespace: team-a"
+        ),
+    );
+    assert_ne!(reviewed, text, "{text}");
+    std::fs::write(&tool, &reviewed).expect("reviewed");
+    assert!(!names(&list(dir.path())).contains(&"file.read".to_string()));
+    // A changed description: back on the list, its last review named.
+    std::fs::write(&tool, reviewed.replace("summary: ", "summary: Also, ")).expect("changed");
+    let after = list(dir.path());
+    let entry = after["review"]
+        .as_array()
+        .and_then(|l| l.iter().find(|u| u["name"] == "file.read"))
+        .expect("listed again");
+    assert_eq!(entry["reviewed"], digest.as_str());
+    assert_ne!(entry["digest"], digest.as_str());
+    // Text output names the annotation to set.
+    let out = toolgate(&["lint", "--review", &dir.path().display().to_string()]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("review: ToolDescriptor/file.read")
+            && text.contains("toolgate.dev/description-reviewed"),
+        "{text}"
+    );
+}

@@ -410,7 +410,7 @@ async fn sandbox_of_a_call(server: &Server) -> String {
         "execute",
     )
     .await;
-    explain(&mut c, &done.id).await.sandbox_json
+    explain_as(&mut c, REVIEWER, &done.id).await.sandbox_json
 }
 
 /// The Rust client's example agent loop (`clients/rust/examples/agent_loop.rs`, built by `cargo

@@ -524,13 +524,17 @@ fn summary_of(description: &str, raw_name: &str) -> String {
 /// namespace (origin `mcp:<namespace>/<server>`), each annotated as reviewed when the server's
 /// `enabled` list names the tool at its current digest (the registry then enables it; any other
 /// stays `discovered`). Linted with the files, like any manifest. Also the tools as the
-/// server's status shows them, and the tools refused with why.
+/// server's status shows them, and the tools refused with why. `taken` says whether a
+/// descriptor of that name exists in the namespace that is not this server's: a tool named like
+/// it is refused (a server never replaces a platform team's tool, nor hides behind one), and the
+/// refusal is the reviewer's to read.
 pub fn server_manifests(
     namespace: &str,
     server: &str,
     spec: &toolgate_crds::McpServerSpec,
     tools: &[Value],
     version: Option<&str>,
+    taken: &dyn Fn(&str) -> bool,
 ) -> (
     Vec<crate::manifest::RawManifest>,
     Vec<toolgate_crds::DiscoveredTool>,
@@ -550,10 +554,29 @@ pub fn server_manifests(
         sandbox_policy: &spec.sandbox_policy_ref.name,
         version,
     };
-    let (normalized, refused) = normalize(&config, tools);
+    let (normalized, mut refused) = normalize(&config, tools);
     let mut manifests = Vec::new();
     let mut status = Vec::new();
-    for (document, t) in normalized.into_iter().enumerate() {
+    let (normalized, collided): (Vec<_>, Vec<_>) = normalized
+        .into_iter()
+        .enumerate()
+        .partition(|(_, t)| !taken(&t.name));
+    for (index, t) in collided {
+        refused.push(Refused {
+            index,
+            name: t
+                .spec
+                .execution
+                .mcp
+                .as_ref()
+                .map_or_else(|| t.name.clone(), |m| m.tool.clone()),
+            message: format!(
+                "its name {} is already a ToolDescriptor of namespace {namespace} that this server does not own; rename the server (its name prefixes its tools) or the other tool",
+                t.name
+            ),
+        });
+    }
+    for (document, (_, t)) in normalized.into_iter().enumerate() {
         let digest = crate::digest::descriptor_digest(&t.spec).unwrap_or_default();
         let tool = t
             .spec
@@ -681,6 +704,35 @@ mod tests {
         assert!(toolgate_names_ok(&ok[0].name));
         assert_eq!(refused.len(), 1);
         assert!(refused[0].message.contains("collides"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_tool_named_like_a_descriptor_the_server_does_not_own_is_refused_for_review() {
+        let spec: toolgate_crds::McpServerSpec = serde_json::from_value(serde_json::json!({
+            "command": ["mcp-server-time"],
+            "trustLevel": "first_party",
+            "sandboxPolicyRef": {"name": "mcp"},
+        }))
+        .expect("spec");
+        let mut read = tool(serde_json::json!({}));
+        read["name"] = "read".into();
+        let mut other = read.clone();
+        other["name"] = "list".into();
+        let (manifests, status, refused) =
+            server_manifests("team-a", "file", &spec, &[read, other], None, &|name| {
+                name == "file.read"
+            });
+        assert_eq!(manifests.len(), 1);
+        assert_eq!(manifests[0].value["metadata"]["name"], "file.list");
+        assert_eq!(status.len(), 1);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].name, "read");
+        assert!(
+            refused[0]
+                .message
+                .contains("file.read is already a ToolDescriptor"),
+            "{refused:?}"
+        );
     }
 
     fn toolgate_names_ok(name: &str) -> bool {

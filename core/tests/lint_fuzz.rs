@@ -111,3 +111,36 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The poisoning scan folds any text (compatibility forms, look-alikes, invisibles) without
+    /// panicking.
+    #[test]
+    fn the_poisoning_scan_takes_any_text(text in "\\PC{0,200}|[\\u{0}-\\u{2FFFF}]{0,100}") {
+        let _ = toolgate_core::lint::poisoning::scan(&text);
+    }
+
+    /// Whatever a tool prints, what is shown of it has no control character but newline, tab
+    /// and a carriage return before a newline, and no hiding character.
+    #[test]
+    fn shown_text_never_holds_a_control_or_hiding_character(text in "[\\u{0}-\\u{2FFFF}]{0,200}") {
+        let shown = toolgate_core::text::neutralise(&text);
+        let chars: Vec<char> = shown.chars().collect();
+        for (i, c) in chars.iter().enumerate() {
+            let allowed = matches!(c, '\n' | '\t') || (*c == '\r' && chars.get(i + 1) == Some(&'\n'));
+            prop_assert!(allowed || !c.is_control(), "{:?} in {:?}", c, shown);
+            prop_assert!(toolgate_core::text::hidden_kind(*c).is_none(), "{:?} in {:?}", c, shown);
+        }
+    }
+
+    /// Path normalisation takes any string, never climbs out, and is stable.
+    #[test]
+    fn path_normalisation_takes_any_string(path in "[a-z./]{0,30}|.{0,30}") {
+        if let Some(normal) = toolgate_core::args::normalise_path(&path) {
+            prop_assert!(!normal.split('/').any(|s| s == ".."), "{}", normal);
+            prop_assert_eq!(toolgate_core::args::normalise_path(&normal), Some(normal.clone()));
+        }
+        let schema = serde_json::json!({"type": "object", "properties": {"p": {"type": "string", "format": "path"}}});
+        let _ = toolgate_core::args::path_violations(&schema, &serde_json::json!({"p": path}), true);
+    }
+}

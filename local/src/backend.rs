@@ -268,7 +268,12 @@ impl Backend for Runtime {
             &call,
             serde_json::json!({
                 "runtime": "local",
-                "plan": rec.sandbox.as_ref().map(|p| plan_for_agent(p, &self.inner.config)),
+                // An approver (a person, the one running the runtime) sees the whole plan.
+                "plan": if caller.approves_in(&rec.namespace) {
+                    rec.sandbox.clone()
+                } else {
+                    rec.sandbox.as_ref().map(|p| plan_for_agent(p, &self.inner.config))
+                },
             }),
         );
         Ok(toolgate_api::convert::explanation(
@@ -356,7 +361,7 @@ impl Backend for Runtime {
     }
 }
 
-/// What an agent is shown of its call's sandbox plan: paths in the workspace relative to it,
+/// What an agent (anyone but an approver) is shown of its call's sandbox plan: paths in the workspace relative to it,
 /// other system paths as they are, and none of the runtime's own (its data folder, the executor's
 /// files); the environment's names without their values. Where the workspace is on the host and
 /// the runtime's `PATH` are not the agent's to know. The stored plan keeps everything.

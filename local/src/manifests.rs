@@ -165,12 +165,25 @@ pub fn load_folder(
         .collect();
     for (ns, name, spec) in servers {
         if let Some(found) = discovered.get(&(ns.clone(), name.clone())) {
+            // Every descriptor so far (the files', and earlier servers'): none is replaced.
+            let taken: std::collections::BTreeSet<String> = docs
+                .iter()
+                .filter(|d| {
+                    d.value["kind"] == "ToolDescriptor"
+                        && d.value["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or(toolgate_core::manifest::DEFAULT_NAMESPACE)
+                            == ns
+                })
+                .filter_map(|d| d.value["metadata"]["name"].as_str().map(str::to_string))
+                .collect();
             let (manifests, _, bad) = toolgate_core::mcp::server_manifests(
                 &ns,
                 &name,
                 &spec,
                 &found.tools,
                 found.version.as_deref(),
+                &|tool| taken.contains(tool),
             );
             docs.extend(manifests);
             refused.extend(

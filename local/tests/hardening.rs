@@ -826,6 +826,13 @@ async fn an_explanation_shows_the_agent_no_host_paths_or_environment_values() {
         !everything.contains(&path),
         "the runtime's PATH in {sandbox:#}"
     );
+    // The person running the runtime (an approver) sees the whole plan.
+    let whole = explain_as(&mut c, REVIEWER, &call.id).await.sandbox_json;
+    let whole: serde_json::Value = serde_json::from_str(&whole).expect("sandbox json");
+    assert!(
+        whole["placement"]["plan"]["runtime"].is_array() && whole.to_string().contains("\"host\""),
+        "{whole:#}"
+    );
 }
 
 /// An agent with no grant in a namespace cannot leave call records there, nor learn which tools

@@ -159,7 +159,7 @@ async fn a_skill_teaches_through_the_api_and_its_script_runs_only_as_its_granted
     );
 
     // A caller with no grant for the tool gets nothing from the skill: the view leaves the tool
-    // out, the call is denied.
+    // out, the call is refused (this caller has no grant in the namespace at all: no record).
     let theirs = view(&mut c, OTHER, "the serializer test is failing, fix it").await;
     assert!(
         !theirs
@@ -167,10 +167,10 @@ async fn a_skill_teaches_through_the_api_and_its_script_runs_only_as_its_granted
             .iter()
             .any(|t| t.name == "fix-failing-test.locate-test")
     );
-    let denied = locate(&mut c, OTHER, "src/serializer.ts")
+    let refused = locate(&mut c, OTHER, "src/serializer.ts")
         .await
-        .expect("proposed");
-    assert_eq!(denied.phase, "Denied", "{}", denied.status_json);
+        .expect_err("no grant");
+    assert_eq!(code_of(&refused), "no-grant-in-namespace", "{refused}");
 
     // The script the skill does not declare is no tool.
     let unregistered = c

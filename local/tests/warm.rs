@@ -164,7 +164,7 @@ fn slot_in(text: &str, slots: &str) -> Option<String> {
 async fn run(c: &mut Client, tool: &str) -> (pb::Call, String) {
     let call = submit(c, tool, serde_json::json!({}), "execute").await;
     let done = wait_phase(c, &call.id, &["Succeeded", "Failed"]).await;
-    (done, explain(c, &call.id).await.sandbox_json)
+    (done, explain_as(c, REVIEWER, &call.id).await.sandbox_json)
 }
 
 type Client = toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -341,12 +341,22 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
             return Ok(again);
         }
     };
+    // The namespace's descriptors this server does not own: none is replaced by one of its tools.
+    let taken: std::collections::BTreeSet<String> =
+        Api::<toolgate_crds::ToolDescriptor>::namespaced(ctx.client.clone(), &ns)
+            .list(&ListParams::default())
+            .await?
+            .into_iter()
+            .filter(|d| d.metadata.labels.as_ref().and_then(|l| l.get(SERVER_LABEL)) != Some(&name))
+            .map(|d| d.name_any())
+            .collect();
     let (manifests, tools, refused) = toolgate_core::mcp::server_manifests(
         &ns,
         &name,
         spec,
         &listed.tools,
         listed.version.as_deref(),
+        &|tool| taken.contains(tool),
     );
     // Each descriptor, owned by the server (deleting the server deletes its tools); the tools
     // it no longer lists are gone.

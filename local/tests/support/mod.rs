@@ -328,7 +328,13 @@ pub async fn get(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Call {
 
 /// ExplainCall of a call, as the agent.
 pub async fn explain(c: &mut ToolgateClient<Channel>, id: &str) -> pb::Explanation {
-    c.explain_call(req(AGENT, pb::ExplainCallRequest { id: id.into() }))
+    explain_as(c, AGENT, id).await
+}
+
+/// ExplainCall of a call, as `token`'s caller: the reviewer (an approver, the person running the
+/// runtime) is shown the whole sandbox plan, host paths included; an agent its own view of it.
+pub async fn explain_as(c: &mut ToolgateClient<Channel>, token: &str, id: &str) -> pb::Explanation {
+    c.explain_call(req(token, pb::ExplainCallRequest { id: id.into() }))
         .await
         .expect("explain")
         .into_inner()
