@@ -125,6 +125,41 @@ fn the_command_line_client_drives_a_call_through_approval() {
     );
     let id = out.split_whitespace().next().expect("call id").to_string();
     assert!(out.contains("phase=AwaitingApproval"), "{out}{err}");
+    // An agent's shell never hangs on a human: `--watch` returns at the approval wait, saying so.
+    let gated = |extra: &[&str]| {
+        let mut args = vec![
+            "call",
+            "test.gated",
+            "--args",
+            r#"{"msg": "watched"}"#,
+            "--action",
+            "execute",
+            "--task",
+            "echo",
+            "--watch",
+        ];
+        args.extend_from_slice(extra);
+        toolgate(AGENT, &args)
+    };
+    let (code, out, err) = gated(&[]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains("waiting for approval of") && out.contains("toolgate approve"),
+        "{out}"
+    );
+    let (code, out, err) = gated(&["--wait-approval=1s"]);
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(out.contains("no approval came in time"), "{out}");
+    let waiting = out.split_whitespace().next().expect("call id").to_string();
+    let (code, out, err) = toolgate(AGENT, &["watch", &waiting, "--timeout", "1s"]);
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(out.contains("it goes on"), "{out}");
+    let (code, _, err) = toolgate(
+        AGENT,
+        &["call", "test.gated", "--watch", "--timeout", "soon"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("expected a duration such as 30s"), "{err}");
     let (code, _, err) = toolgate(AGENT, &["approve", &id]);
     assert_eq!(code, Some(1));
     assert!(err.contains("[approval-self]"), "{err}");

@@ -8,6 +8,9 @@ pub const EXIT_APPROVAL: u8 = 3;
 pub const EXIT_DENY: u8 = 4;
 /// Exit code when the manifests themselves do not lint.
 pub const EXIT_BAD_MANIFESTS: u8 = 2;
+/// A watch's `--timeout` (or `--wait-approval=DURATION`) passed before the call ended; the call
+/// goes on.
+pub const EXIT_TIMEOUT: u8 = 5;
 
 /// Every exit code of the command line and what it means; the generated reference prints it.
 pub const EXIT_CODES: &[(u8, &str)] = &[
@@ -28,4 +31,8 @@ pub const EXIT_CODES: &[(u8, &str)] = &[
         "an approval is needed (`check`), or the call waits for one (`call`, `get`)",
     ),
     (EXIT_DENY, "denied (`check`, `call`, `get`)"),
+    (
+        EXIT_TIMEOUT,
+        "the wait ran out before the call ended (`call --watch`, `watch` with `--timeout` or `--wait-approval=DURATION`); the call goes on",
+    ),
 ];

@@ -407,6 +407,105 @@ pub fn phase_exit_code(phase: &str) -> ExitCode {
     }
 }
 
+/// How long `call --watch` waits while a call awaits approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Until it ends.
+    Forever,
+    /// At most this long.
+    For(std::time::Duration),
+}
+
+/// A duration as people write it: `30s`, `10m`, `1h30m`, `500ms` (or ISO 8601, `PT10M`).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("expected a duration such as 30s, 10m or 1h30m, got {text:?}: {e}"))?;
+    std::time::Duration::try_from(d)
+        .map_err(|_| format!("expected a positive duration, got {text:?}"))
+}
+
+fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text {
+        "forever" => Ok(Wait::Forever),
+        _ => parse_duration(text).map(Wait::For),
+    }
+}
+
+/// How a watch ended.
+enum Watched {
+    /// The call ended; its last state.
+    Ended(Option<Box<pb::Call>>),
+    /// It waits for approval and the caller does not wait.
+    AwaitsApproval,
+    /// The time ran out.
+    TimedOut(String),
+}
+
+/// Follow a call's events, printing each, until it ends, it awaits approval while `approval` says
+/// not to wait (any longer), or `timeout` passes.
+async fn follow(
+    c: &mut Client,
+    id: &str,
+    approval: Option<Wait>,
+    timeout: Option<std::time::Duration>,
+) -> Result<Watched, tonic::Status> {
+    use tokio::time::Instant;
+    let r = c.req(pb::WatchCallRequest { id: id.into() });
+    let mut stream = c.inner.watch_call(r).await?.into_inner();
+    let far = Instant::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let deadline = timeout.map_or(far, |t| Instant::now() + t);
+    let mut approval_deadline = far;
+    let mut last = None;
+    loop {
+        let until = deadline.min(approval_deadline);
+        let next = tokio::select! {
+            e = stream.next() => e,
+            () = tokio::time::sleep_until(until) => {
+                let what = if until == approval_deadline { "no approval came" } else { "the call has not ended" };
+                return Ok(Watched::TimedOut(what.into()));
+            }
+        };
+        let Some(e) = next else {
+            return Ok(Watched::Ended(last));
+        };
+        let e = e?;
+        outln!("{}", event_line(&e));
+        if e.phase == "AwaitingApproval" {
+            match approval {
+                None => return Ok(Watched::AwaitsApproval),
+                Some(Wait::For(d)) if approval_deadline == far => {
+                    approval_deadline = Instant::now() + d;
+                }
+                _ => {}
+            }
+        } else {
+            approval_deadline = far;
+        }
+        if let Some(call) = e.call {
+            last = Some(Box::new(call));
+        }
+    }
+}
+
+/// The line `call --watch` and `watch` end on when they stop before the call does.
+fn stopped_watching(id: &str, why: &Watched) -> (String, ExitCode) {
+    match why {
+        Watched::AwaitsApproval => (
+            format!(
+                "waiting for approval of {id}: a reviewer runs `toolgate approve {id}`; follow it with `toolgate watch {id}` (or `call --watch --wait-approval`)"
+            ),
+            ExitCode::from(crate::exit::EXIT_APPROVAL),
+        ),
+        Watched::TimedOut(what) => (
+            format!("stopped watching {id}: {what} in time; it goes on (`toolgate watch {id}`)"),
+            ExitCode::from(crate::exit::EXIT_TIMEOUT),
+        ),
+        Watched::Ended(_) => (String::new(), ExitCode::SUCCESS),
+    }
+}
+
 /// Client commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum ClientCommand {
@@ -438,9 +537,17 @@ pub enum ClientCommand {
         /// Ask for a dry run.
         #[arg(long)]
         dry_run: bool,
-        /// Follow the call through its chain until it ends.
+        /// Follow the call through its chain until it ends; a call that waits for a human
+        /// returns at once (exit 3, with the command that approves it) unless `--wait-approval`.
         #[arg(long)]
         watch: bool,
+        /// With `--watch`: keep waiting while the call awaits approval, for at most DURATION
+        /// (`30s`, `10m`, `1h`) when given, else until it ends.
+        #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait)]
+        wait_approval: Option<Wait>,
+        /// With `--watch`: stop watching after DURATION (exit 5; the call goes on).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
     },
     /// Print a skill's instructions (SKILL.md): what to do, not a permission; its scripts run
     /// only as the tools it declares, when a grant allows them.
@@ -501,6 +608,9 @@ pub enum ClientCommand {
     Watch {
         /// Call id.
         id: String,
+        /// Stop watching after DURATION (`30s`, `10m`; exit 5; the call goes on).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
     },
     /// Approve a call, bound to the args and tool version shown.
     Approve {
@@ -578,7 +688,7 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let mut c = Client::from_conn(conn).await?;
         match cmd {
-            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch } => {
+            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch, wait_approval, timeout } => {
                 let call = c
                     .propose(pb::ProposeCallRequest {
                         namespace,
@@ -602,11 +712,20 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                 if !watch {
                     return Ok(phase_exit_code(&call.phase));
                 }
-                let events = c.watch(&call.id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
-                // The last event carries the call as it ended (a server before it did not).
-                let end = match events.into_iter().last().and_then(|e| e.call) {
-                    Some(end) => end,
-                    None => c.get(&call.id).await.map_err(status_error)?,
+                let watched = if call.phase == "AwaitingApproval" && wait_approval.is_none() {
+                    Watched::AwaitsApproval
+                } else {
+                    follow(&mut c, &call.id, wait_approval, timeout).await.map_err(status_error)?
+                };
+                let end = match watched {
+                    // The last event carries the call as it ended (a server before it did not).
+                    Watched::Ended(Some(end)) => *end,
+                    Watched::Ended(None) => c.get(&call.id).await.map_err(status_error)?,
+                    stopped => {
+                        let (line, code) = stopped_watching(&call.id, &stopped);
+                        outln!("{line}");
+                        return Ok(code);
+                    }
                 };
                 outln!("{}", call_summary(&end));
                 return Ok(phase_exit_code(&end.phase));
@@ -668,8 +787,13 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     token = page.next_page_token;
                 }
             }
-            ClientCommand::Watch { id } => {
-                c.watch(&id, |e| outln!("{}", event_line(e))).await.map_err(status_error)?;
+            ClientCommand::Watch { id, timeout } => {
+                let watched = follow(&mut c, &id, Some(Wait::Forever), timeout).await.map_err(status_error)?;
+                if let Watched::TimedOut(_) = watched {
+                    let (line, code) = stopped_watching(&id, &watched);
+                    outln!("{line}");
+                    return Ok(code);
+                }
             }
             ClientCommand::Approve { id, session, ttl, comment } => {
                 let call = c.get(&id).await.map_err(status_error)?;
