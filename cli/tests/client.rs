@@ -170,7 +170,26 @@ fn the_command_line_client_drives_a_call_through_approval() {
     assert_eq!(code, Some(0));
     assert!(out.contains("StateUpdated"), "{out}");
     let (_, out, _) = toolgate(AGENT, &["list", "--phase", "Succeeded"]);
-    assert_eq!(out.lines().count(), 2, "{out}");
+    // A header, then the two calls that succeeded, each with its age.
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .expect("header")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["ID", "TOOL", "PHASE", "DECISION", "AGE", "PRINCIPAL"],
+        "{out}"
+    );
+    assert!(
+        out.lines().skip(1).all(|l| l
+            .split_whitespace()
+            .nth(4)
+            .is_some_and(|a| a.ends_with('s'))),
+        "{out}"
+    );
     let (_, out, _) = toolgate(REVIEWER, &["explain", &id]);
     assert!(
         out.contains("approval:") && out.contains("by alice@example.com"),

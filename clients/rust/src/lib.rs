@@ -407,6 +407,21 @@ pub fn phase_exit_code(phase: &str) -> ExitCode {
     }
 }
 
+/// How long ago `created` (RFC 3339) was, as kubectl's AGE column says it: `45s`, `12m`, `5h`,
+/// `3d`; `<unknown>` when it does not parse.
+pub fn age(created: &str, now: jiff::Timestamp) -> String {
+    let Ok(t) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
+    let seconds = now.duration_since(t).as_secs().max(0);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3 * 3600 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
 /// How long `call --watch` waits while a call awaits approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -777,11 +792,13 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
             }
             ClientCommand::List { namespace, phase, tool } => {
                 let mut token = String::new();
+                let now = jiff::Timestamp::now();
+                outln!("{:<32} {:<22} {:<18} {:<16} {:<6} PRINCIPAL", "ID", "TOOL", "PHASE", "DECISION", "AGE");
                 loop {
                     let r = c.req(pb::ListCallsRequest { namespace: namespace.clone(), phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
                     let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
                     for call in &page.calls {
-                        outln!("{:<32} {:<22} {:<18} {:<16} {}", call.id, call.tool, call.phase, call.decision, call.principal);
+                        outln!("{:<32} {:<22} {:<18} {:<16} {:<6} {}", call.id, call.tool, call.phase, call.decision, age(&call.created_at, now), call.principal);
                     }
                     if page.next_page_token.is_empty() { break; }
                     token = page.next_page_token;
@@ -921,7 +938,36 @@ pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_line;
+    use super::{age, error_line, parse_duration};
+
+    #[test]
+    fn ages_read_as_kubectl_writes_them() {
+        let now: jiff::Timestamp = "2026-12-07T12:00:00Z".parse().expect("now");
+        for (created, shown) in [
+            ("2026-12-07T11:59:15Z", "45s"),
+            ("2026-12-07T11:48:00Z", "12m"),
+            ("2026-12-07T07:00:00Z", "5h"),
+            ("2026-12-04T12:00:00Z", "3d"),
+            ("2026-12-07T12:00:05Z", "0s"),
+            ("yesterday", "<unknown>"),
+        ] {
+            assert_eq!(age(created, now), shown, "{created}");
+        }
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(
+            parse_duration("30s"),
+            Ok(std::time::Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_duration("1h30m"),
+            Ok(std::time::Duration::from_secs(5400))
+        );
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-5s").is_err());
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("tcp connect error: {0}")]
