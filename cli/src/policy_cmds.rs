@@ -75,6 +75,7 @@ pub(crate) fn load(
     let fatal: Vec<_> = report
         .findings
         .iter()
+        .filter(|f| !f.holds_back_its_tool_only())
         .filter(|f| {
             Some(&f.origin.source) != lenient_src.as_ref()
                 || f.code.starts_with("schema")
@@ -91,6 +92,13 @@ pub(crate) fn load(
                 )
         })
         .collect();
+    for f in report
+        .findings
+        .iter()
+        .filter(|f| f.holds_back_its_tool_only())
+    {
+        eprintln!("{f}");
+    }
     if !fatal.is_empty() {
         for f in &fatal {
             eprintln!("{f}");

@@ -20,6 +20,7 @@ pub mod names;
 pub mod policy_diff;
 pub mod policy_test;
 pub mod principal;
+pub mod rank;
 pub mod redact;
 pub mod registry;
 pub mod risk;

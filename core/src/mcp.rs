@@ -4,9 +4,14 @@
 //! - names are namespaced (`server.tool`) and made safe for Kubernetes and model providers; the
 //!   server's own name is kept for `tools/call`;
 //! - annotations are hints, not facts (the MCP schema says so): from a `first_party` or
-//!   `workspace` server they set effects and risk; from a `third_party` or `untrusted` one only a
-//!   hint that *raises* risk counts; a missing hint takes the spec's conservative default (not
-//!   read-only, destructive, not idempotent, open world);
+//!   `workspace` server they set effects and risk, read for what they say ([`believe`],
+//!   [`calibrate`]): `openWorldHint` means the tool reaches an outside system, not that it sends
+//!   user data out; a read-only tool is a read (an external read when open world) that runs
+//!   without approval; an additive write (create, comment, react) to an outside system needs one
+//!   approval; L5 and a second approver are for what is declared destructive. A missing
+//!   `destructiveHint` on a writer is not a declaration: the tool needs an approval on every call
+//!   but is not called a deletion. From a `third_party` or `untrusted` server no claim lowers
+//!   anything: every tool is a destructive open-world writer;
 //! - the descriptor keeps a hash of everything the server said about the tool
 //!   (`provenance.manifestHash`), so any change to its description, schemas or annotations changes
 //!   the descriptor's digest, and a discovered tool stays out of every view until a person has
@@ -241,8 +246,10 @@ pub fn normalize(server: &ServerConfig<'_>, tools: &[Value]) -> (Vec<Normalized>
 pub struct Believed {
     /// The tool only reads.
     pub read_only: bool,
-    /// It may destroy data.
+    /// It may destroy data: declared so, or its server is not believed.
     pub destructive: bool,
+    /// Nobody said whether it destroys data (`destructiveHint` missing on a writer).
+    pub destructive_unknown: bool,
     /// Calling it twice is as calling it once.
     pub idempotent: bool,
     /// It reaches outside systems.
@@ -252,10 +259,14 @@ pub struct Believed {
 /// What toolgate believes of a tool's annotations at a trust level.
 pub fn believe(annotations: Option<&Value>, trust: TrustLevel) -> Believed {
     let hint = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_bool);
-    // The spec's defaults when a hint is missing: the conservative reading.
+    // The spec's defaults when a hint is missing: the conservative reading, except that a
+    // missing destructiveHint is told apart from a declared one.
+    let destructive = hint("destructiveHint");
+    let read_only = hint("readOnlyHint").unwrap_or(false);
     let given = Believed {
-        read_only: hint("readOnlyHint").unwrap_or(false),
-        destructive: hint("destructiveHint").unwrap_or(true),
+        read_only,
+        destructive: !read_only && destructive == Some(true),
+        destructive_unknown: !read_only && destructive.is_none(),
         idempotent: hint("idempotentHint").unwrap_or(false),
         open_world: hint("openWorldHint").unwrap_or(true),
     };
@@ -265,9 +276,93 @@ pub fn believe(annotations: Option<&Value>, trust: TrustLevel) -> Believed {
         TrustLevel::ThirdParty | TrustLevel::Untrusted => Believed {
             read_only: false,
             destructive: true,
+            destructive_unknown: false,
             idempotent: false,
             open_world: true,
         },
+    }
+}
+
+/// What a believed tool is to toolgate: its action types, effects, declared risk and approval
+/// policy. The tier follows from the effects ([`crate::risk::declared_tier`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibrated {
+    /// Action types.
+    pub action_types: Vec<ActionType>,
+    /// Effects on `resources` (the server's own namespace of things).
+    pub effects: ToolEffects,
+    /// Declared risk.
+    pub risk: ToolRisk,
+    /// When a human approves.
+    pub approval_policy: ApprovalPolicy,
+}
+
+/// Effects, risk and approval of a tool from what toolgate believes of it:
+/// - read-only: a read (L0), an external read when open world (L3); no approval;
+/// - a declared additive writer: a write (L2), an external write when open world (L4, one
+///   approval; it sends what it is given to the outside system);
+/// - a writer nobody said is safe: as the additive one, and an approval on every call, but not
+///   a deletion;
+/// - declared destructive: a deletion (L5: an approval and a second approver).
+pub fn calibrate(believed: &Believed, resources: &[String]) -> Calibrated {
+    let open = believed.open_world;
+    let mutates = !believed.read_only;
+    let destroys = mutates && believed.destructive;
+    let action_types = if !mutates {
+        vec![ActionType::Read]
+    } else if destroys {
+        vec![ActionType::Execute, ActionType::Delete]
+    } else if believed.destructive_unknown {
+        vec![ActionType::Execute]
+    } else if open {
+        vec![ActionType::Write, ActionType::ExternalSend]
+    } else {
+        vec![ActionType::Write]
+    };
+    let effects = ToolEffects {
+        reads: resources.to_vec(),
+        writes: if mutates {
+            resources.to_vec()
+        } else {
+            Vec::new()
+        },
+        deletes: if destroys {
+            resources.to_vec()
+        } else {
+            Vec::new()
+        },
+        external_calls: open,
+        // What an open-world writer is given leaves for the outside system; a read sends a
+        // query, not the user's data.
+        sends_user_data: open && mutates,
+        mutates_state: mutates,
+        idempotent: believed.idempotent,
+        reversible: !(destroys || mutates && believed.destructive_unknown),
+        dry_run_supported: false,
+    };
+    let approval_policy = if destroys || mutates && believed.destructive_unknown {
+        ApprovalPolicy::Always
+    } else if mutates {
+        ApprovalPolicy::OnRisk
+    } else {
+        ApprovalPolicy::Never
+    };
+    Calibrated {
+        action_types,
+        effects,
+        risk: ToolRisk {
+            // Raised to what the tier asks once the descriptor is whole (`normalize_one`).
+            level: if approval_policy == ApprovalPolicy::Always {
+                RiskSeverity::High
+            } else {
+                RiskSeverity::Low
+            },
+            destructive: destroys,
+            open_world: open,
+            financial_cost: None,
+            privacy_risk: None,
+        },
+        approval_policy,
     }
 }
 
@@ -342,28 +437,8 @@ fn normalize_one(
         .and_then(Value::as_str)
         .map(|t| t.chars().take(128).collect::<String>());
     let summary = summary_of(&description, raw_name);
-    let mutates = !believed.read_only;
-    let action_types = match (believed.read_only, believed.destructive) {
-        (true, _) => vec![ActionType::Read],
-        (false, false) => vec![ActionType::Execute],
-        (false, true) => vec![ActionType::Execute, ActionType::Delete],
-    };
     let scope = format!("mcp:{prefix}");
-    let resources = vec![format!("mcp:{prefix}:**")];
-    let level = if believed.destructive && mutates {
-        RiskSeverity::High
-    } else if mutates || believed.open_world {
-        RiskSeverity::Medium
-    } else {
-        RiskSeverity::Low
-    };
-    let approval_policy = if believed.destructive && mutates {
-        ApprovalPolicy::Always
-    } else if mutates {
-        ApprovalPolicy::OnRisk
-    } else {
-        ApprovalPolicy::Never
-    };
+    let calibrated = calibrate(&believed, &[format!("mcp:{prefix}:**")]);
     let discovered = crate::digest::sha256(
         serde_json_canonicalizer::to_vec(&what_counts(tool))
             .unwrap_or_default()
@@ -391,7 +466,7 @@ fn normalize_one(
             examples: Vec::new(),
         },
         intent: ToolIntentSpec {
-            action_types,
+            action_types: calibrated.action_types,
             domains: vec![prefix.chars().take(63).collect()],
             required_user_intent: Vec::new(),
             negative_intent_hints: Vec::new(),
@@ -401,34 +476,10 @@ fn normalize_one(
             output_schema,
             error_schema: None,
         },
-        effects: ToolEffects {
-            reads: vec![format!("mcp:{prefix}:**")],
-            writes: if mutates {
-                resources.clone()
-            } else {
-                Vec::new()
-            },
-            deletes: if believed.destructive && mutates {
-                resources
-            } else {
-                Vec::new()
-            },
-            external_calls: believed.open_world,
-            sends_user_data: believed.open_world,
-            mutates_state: mutates,
-            idempotent: believed.idempotent,
-            reversible: !(believed.destructive && mutates),
-            dry_run_supported: false,
-        },
-        risk: ToolRisk {
-            level,
-            destructive: believed.destructive && mutates,
-            open_world: believed.open_world,
-            financial_cost: None,
-            privacy_risk: None,
-        },
+        effects: calibrated.effects,
+        risk: calibrated.risk,
         permissions: ToolPermissions {
-            approval_policy,
+            approval_policy: calibrated.approval_policy,
             required_scopes: vec![scope],
             allowed_principals: Vec::new(),
             blocked_principals: Vec::new(),
@@ -644,6 +695,7 @@ pub fn to_yaml(server: &ServerConfig<'_>, tools: &[Normalized]) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_crds::RiskTier;
 
     fn server(trust: TrustLevel) -> ServerConfig<'static> {
         static CMD: std::sync::LazyLock<Vec<String>> =
@@ -748,6 +800,7 @@ mod tests {
             Believed {
                 read_only: true,
                 destructive: false,
+                destructive_unknown: false,
                 idempotent: true,
                 open_world: false
             }
@@ -759,12 +812,22 @@ mod tests {
             Believed {
                 read_only: false,
                 destructive: true,
+                destructive_unknown: false,
                 idempotent: false,
                 open_world: true
             }
         );
-        // No hints at all: the spec's defaults.
-        assert_eq!(believe(None, TrustLevel::FirstParty), third);
+        // No hints at all: a writer of the outside world nobody said is safe.
+        assert_eq!(
+            believe(None, TrustLevel::FirstParty),
+            Believed {
+                read_only: false,
+                destructive: false,
+                destructive_unknown: true,
+                idempotent: false,
+                open_world: true
+            }
+        );
         let (ok, _) = normalize(&server(TrustLevel::ThirdParty), &[tool(read_only.clone())]);
         let spec = &ok[0].spec;
         assert!(spec.risk.destructive && spec.effects.mutates_state);
@@ -773,6 +836,122 @@ mod tests {
         let spec = &ok[0].spec;
         assert_eq!(spec.intent.action_types, vec![ActionType::Read]);
         assert_eq!(spec.risk.level, RiskSeverity::Low);
+    }
+
+    /// The tier, whether every call needs a human, and whether it needs two, of a first-party
+    /// tool with these annotations.
+    fn gate_of(annotations: Value, trust: TrustLevel) -> (RiskTier, bool, bool) {
+        let (ok, refused) = normalize(&server(trust), &[tool(annotations)]);
+        assert!(refused.is_empty(), "{refused:?}");
+        let spec = &ok[0].spec;
+        let tier = crate::risk::descriptor_tier(spec);
+        let always = spec.permissions.approval_policy == ApprovalPolicy::Always;
+        let approval = always || tier >= RiskTier::L4;
+        let second = approval
+            && tier == RiskTier::L5
+            && spec.strong_confirmation() == toolgate_crds::StrongConfirmation::SecondApprover;
+        (tier, approval, second)
+    }
+
+    #[test]
+    fn first_party_hints_are_read_for_what_they_say() {
+        use RiskTier::*;
+        let j = |v: Value| v;
+        for (hints, want, why) in [
+            // Kubernetes pods_list, GitHub get_me: reads of an outside system run unasked.
+            (
+                j(serde_json::json!({"readOnlyHint": true, "openWorldHint": true})),
+                (L3, false, false),
+                "external read",
+            ),
+            (
+                j(serde_json::json!({"readOnlyHint": true})),
+                (L3, false, false),
+                "read, world unsaid",
+            ),
+            (
+                j(serde_json::json!({"readOnlyHint": true, "openWorldHint": false})),
+                (L0, false, false),
+                "local read",
+            ),
+            // An additive GitHub comment: one approval, never two.
+            (
+                j(
+                    serde_json::json!({"readOnlyHint": false, "destructiveHint": false, "openWorldHint": true}),
+                ),
+                (L4, true, false),
+                "external additive write",
+            ),
+            (
+                j(
+                    serde_json::json!({"readOnlyHint": false, "destructiveHint": false, "openWorldHint": false}),
+                ),
+                (L2, false, false),
+                "local additive write",
+            ),
+            // Nobody said: an approval on every call, not a deletion.
+            (j(serde_json::json!({})), (L4, true, false), "unannotated"),
+            (
+                j(serde_json::json!({"readOnlyHint": false, "openWorldHint": false})),
+                (L2, true, false),
+                "local writer, destructiveness unsaid",
+            ),
+            // Declared destructive: L5 and a second approver.
+            (
+                j(serde_json::json!({"readOnlyHint": false, "destructiveHint": true})),
+                (L5, true, true),
+                "declared destructive",
+            ),
+            (
+                j(
+                    serde_json::json!({"readOnlyHint": false, "destructiveHint": true, "openWorldHint": false}),
+                ),
+                (L5, true, true),
+                "declared destructive, local",
+            ),
+        ] {
+            assert_eq!(
+                gate_of(hints.clone(), TrustLevel::FirstParty),
+                want,
+                "{why}: {hints}"
+            );
+        }
+        let (ok, _) = normalize(
+            &server(TrustLevel::FirstParty),
+            &[tool(serde_json::json!({}))],
+        );
+        assert!(
+            !ok[0].spec.intent.action_types.contains(&ActionType::Delete),
+            "an unannotated tool is not called a deletion"
+        );
+    }
+
+    proptest::proptest! {
+        /// From a server that is not believed, no set of hints lowers anything: every tool is
+        /// L5 with an approval and a second approver, as when no hint is read at all.
+        #[test]
+        fn hints_from_a_third_party_never_lower_risk(
+            ro in proptest::option::of(proptest::bool::ANY),
+            de in proptest::option::of(proptest::bool::ANY),
+            id in proptest::option::of(proptest::bool::ANY),
+            ow in proptest::option::of(proptest::bool::ANY),
+            untrusted in proptest::bool::ANY,
+        ) {
+            let mut a = serde_json::Map::new();
+            for (k, v) in [("readOnlyHint", ro), ("destructiveHint", de), ("idempotentHint", id), ("openWorldHint", ow)] {
+                if let Some(v) = v {
+                    a.insert(k.into(), Value::Bool(v));
+                }
+            }
+            let trust = if untrusted { TrustLevel::Untrusted } else { TrustLevel::ThirdParty };
+            proptest::prop_assert_eq!(gate_of(Value::Object(a.clone()), trust), (RiskTier::L5, true, true));
+            // First party: a read never waits for a human; only a declared destruction needs two.
+            let (tier, approval, second) = gate_of(Value::Object(a), TrustLevel::FirstParty);
+            if ro == Some(true) {
+                proptest::prop_assert!(!approval && tier <= RiskTier::L3);
+            }
+            proptest::prop_assert_eq!(second, ro != Some(true) && de == Some(true));
+        }
     }
 
     #[test]

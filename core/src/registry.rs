@@ -37,8 +37,10 @@ pub struct RegisteredTool {
     pub findings: Vec<LintFinding>,
     /// The compiled input schema, when it compiles.
     pub input_validator: Option<Arc<jsonschema::Validator>>,
-    /// Words of the name, summary and use-when hints, for ranking.
+    /// Words of the name, summary, use-when hints, parameters and domains, for ranking.
     pub positive_terms: BTreeSet<String>,
+    /// The same words by field, counted ([`crate::rank`]).
+    pub text: crate::rank::ToolText,
     /// Words of the do-not-use-when and negative hints, for ranking.
     pub negative_terms: BTreeSet<String>,
 }
@@ -78,14 +80,8 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
         .build(&spec.schemas.input_schema)
         .ok()
         .map(Arc::new);
-    let mut positive_terms = terms(&spec.canonical_name);
-    positive_terms.extend(terms(&spec.description.summary));
-    for s in spec.description.use_when.iter().chain(&spec.intent.domains) {
-        positive_terms.extend(terms(s));
-    }
-    for ex in &spec.description.examples {
-        positive_terms.extend(terms(&ex.user_request));
-    }
+    let text = crate::rank::ToolText::of(spec);
+    let positive_terms = text.terms();
     let mut negative_terms = BTreeSet::new();
     for s in spec
         .description
@@ -115,6 +111,7 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
         input_validator,
         positive_terms,
         negative_terms,
+        text,
     }
 }
 
@@ -181,33 +178,7 @@ pub fn lifecycle_of(
     Lifecycle::Enabled
 }
 
-/// Lowercase word stems of at least two characters, split on anything that is not
-/// alphanumeric, without stop words. Crude on purpose: cheap, deterministic, language-light.
-pub fn terms(text: &str) -> BTreeSet<String> {
-    const STOP: &[&str] = &[
-        "a", "an", "and", "the", "of", "or", "to", "in", "on", "for", "it", "is", "use", "with",
-        "by", "as", "at", "be", "this", "that", "you", "not", "do", "me", "my", "we", "our", "did",
-        "what", "again", "please", "can", "how", "does",
-    ];
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 2)
-        .map(str::to_lowercase)
-        .filter(|w| !STOP.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .collect()
-}
-
-/// Strip one common English suffix so `files` meets `file` and `deleted` meets `delete`.
-fn stem(word: &str) -> String {
-    for suffix in ["ing", "ed", "es", "s", "e"] {
-        if let Some(base) = word.strip_suffix(suffix)
-            && base.len() >= 3
-        {
-            return base.to_string();
-        }
-    }
-    word.to_string()
-}
+pub use crate::rank::terms;
 
 /// A grant with the usage that counts against its budget.
 #[derive(Debug, Clone)]
@@ -303,6 +274,8 @@ pub struct Registry {
     positive_index: Index<String, Index<String, Vec<usize>>>,
     /// namespace → term → tools whose do-not-use-when hints contain it.
     negative_index: Index<String, Index<String, Vec<usize>>>,
+    /// namespace → how many tools and how long their texts are, for ranking.
+    corpora: Index<String, crate::rank::Corpus>,
     /// Position of each tool when all are sorted by (namespace, name): a cheap, stable tie-break.
     name_rank: Vec<u32>,
     /// namespace → its ToolPolicies, compiled against its tools.
@@ -412,6 +385,10 @@ impl Registry {
         for t in &tool.positive_terms {
             pos.entry(t.clone()).or_default().push(i);
         }
+        self.corpora
+            .entry(tool.namespace.clone())
+            .or_default()
+            .add(&tool.text);
         let neg = self
             .negative_index
             .entry(tool.namespace.clone())
@@ -433,6 +410,7 @@ impl Registry {
         self.by_namespace.clear();
         self.positive_index.clear();
         self.negative_index.clear();
+        self.corpora.clear();
         for t in tools {
             self.insert_tool(t);
         }
@@ -528,6 +506,11 @@ impl Registry {
             .get(namespace)
             .and_then(|m| m.get(term))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// How many tools a namespace has and how long their texts are.
+    pub fn corpus(&self, namespace: &str) -> crate::rank::Corpus {
+        self.corpora.get(namespace).copied().unwrap_or_default()
     }
 
     /// Every tool.

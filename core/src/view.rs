@@ -6,7 +6,7 @@
 //! failures lower) → top N. Output adapters render the view for each model provider without
 //! leaking internal fields.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -19,6 +19,7 @@ use toolgate_crds::{
 
 use crate::decision::{approval_needed, authorize_principal};
 use crate::principal::Principal;
+use crate::rank;
 use crate::registry::{RegisteredTool, Registry, terms};
 
 /// What a view is compiled for.
@@ -78,8 +79,8 @@ pub struct ExposedTool {
     /// second approver); `None` below L5.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<toolgate_crds::StrongConfirmation>,
-    /// Ranking score (higher first).
-    pub score: i64,
+    /// Ranking score (higher first): the intent's BM25F fit, lowered by recent failures.
+    pub score: f64,
     /// Why it is in the view.
     pub reason: String,
     /// The grant that makes it available.
@@ -193,64 +194,87 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         });
     }
 
-    // Score: +10 per intent word the tool is described by, -8 per do-not-use hint it matches,
-    // -5 per recent failure, -20 when deprecated. Words that describe more than half of a large
-    // namespace tell tools apart no better than a stop word and are dropped (a crude IDF).
-    let namespace_size = registry.tool_indexes(req.namespace, None).len();
-    let common = (namespace_size / 2).max(32);
-    let query: BTreeSet<String> = terms(req.intent)
-        .into_iter()
-        .filter(|t| registry.tools_with_term(req.namespace, t, false).len() <= common)
+    // Score: BM25F of the intent's words over the tool's fields ([`crate::rank`]), lowered by
+    // each recent failure; do-not-use-when hints that match as many words as the tool does hide
+    // it. A tool that does more than the intent asks (a writer for a read, a destroyer for a
+    // change) ranks after every tool that fits without doing so; a deprecated one after the
+    // rest; ties go to the tool with fewer required args (the simpler fit for a request that
+    // says little), then the lower tier, then the name.
+    let corpus = registry.corpus(req.namespace);
+    let query_terms: BTreeSet<String> = terms(req.intent);
+    let query: Vec<(String, f64)> = query_terms
+        .iter()
+        .map(|t| {
+            let df = registry.tools_with_term(req.namespace, t, false).len();
+            (t.clone(), corpus.idf(df))
+        })
         .collect();
+    let action = req
+        .action_type
+        .map(rank::declared_action)
+        .unwrap_or_else(|| rank::intent_action(req.intent));
     let small = candidates.len() <= SMALL_CANDIDATE_SET;
-    // Large sets: one pass over the term index; positive counts in the high half, negative in
-    // the low half.
-    let tallies: Option<Vec<u32>> = (!small).then(|| {
-        let mut tally = vec![0u32; registry.tool_count()];
-        for term in &query {
-            for &i in registry.tools_with_term(req.namespace, term, false) {
-                tally[i] += 1 << 16;
-            }
-            for &i in registry.tools_with_term(req.namespace, term, true) {
-                tally[i] += 1;
-            }
+    // Large sets: only the tools the intent's words index are scored.
+    let fits: HashMap<usize, rank::Fit> = if small {
+        candidates
+            .iter()
+            .map(|&i| (i, rank::fit(&registry.tool_at(i).text, &query, &corpus)))
+            .filter(|(_, f)| f.score > 0.0)
+            .collect()
+    } else {
+        let mut touched = BTreeSet::new();
+        for (term, _) in &query {
+            touched.extend(registry.tools_with_term(req.namespace, term, false));
         }
-        tally
-    });
-    let counts = |i: usize| -> (i64, i64) {
-        match &tallies {
-            Some(t) => (i64::from(t[i] >> 16), i64::from(t[i] & 0xffff)),
-            None => {
-                let t = registry.tool_at(i);
-                (
-                    query.intersection(&t.positive_terms).count() as i64,
-                    query.intersection(&t.negative_terms).count() as i64,
-                )
-            }
-        }
+        touched
+            .into_iter()
+            .map(|i| (i, rank::fit(&registry.tool_at(i).text, &query, &corpus)))
+            .filter(|(_, f)| f.score > 0.0)
+            .collect()
     };
-    let mut order: Vec<(bool, i64, u32, usize)> = candidates
+    let mut negatives: HashMap<usize, i64> = HashMap::new();
+    for term in &query_terms {
+        for &i in registry.tools_with_term(req.namespace, term, true) {
+            *negatives.entry(i).or_default() += 1;
+        }
+    }
+    let anything_fits = candidates.iter().any(|i| fits.contains_key(i));
+    let mut order: Vec<Ranked> = candidates
         .iter()
         .map(|&i| {
             let t = registry.tool_at(i);
-            let (positive, negative) = counts(i);
+            let fit = fits.get(&i).copied().unwrap_or_default();
+            let positive = if fit.score > 0.0 {
+                query_terms.intersection(&t.positive_terms).count() as i64
+            } else {
+                0
+            };
+            let negative = negatives.get(&i).copied().unwrap_or(0);
             let failures = if req.recent_failures.is_empty() {
                 0
             } else {
-                i64::from(req.recent_failures.get(&t.name).copied().unwrap_or(0))
+                req.recent_failures.get(&t.name).copied().unwrap_or(0)
             };
-            let deprecated = if t.lifecycle == Lifecycle::Deprecated {
-                20
-            } else {
-                0
-            };
-            let score = 10 * positive - 8 * negative - 5 * failures - deprecated;
-            (
-                negative > 0 && negative >= positive,
-                -score,
-                registry.name_rank(i),
-                i,
-            )
+            let score = fit.score * 0.5f64.powi(failures.min(64) as i32);
+            let required = t
+                .spec
+                .schemas
+                .input_schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            Ranked {
+                negative_match: negative > 0 && negative >= positive,
+                unmatched: anything_fits && fit.score <= 0.0,
+                riskier: rank::riskier_than_needed(&t.spec, action),
+                deprecated: t.lifecycle == Lifecycle::Deprecated,
+                score: -(score * 1e6).round() as i64,
+                required,
+                tier: t.tier,
+                name_rank: registry.name_rank(i),
+                index: i,
+                fit,
+            }
         })
         .collect();
     // Visit in rank order: policy filter, then expose until the view is full. Only the head of
@@ -263,9 +287,9 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         (max * 4).min(order.len())
     };
     if sorted < order.len() && sorted > 0 {
-        order.select_nth_unstable(sorted - 1);
+        order.select_nth_unstable_by(sorted - 1, Ranked::cmp_key);
     }
-    order[..sorted].sort_unstable();
+    order[..sorted].sort_unstable_by(Ranked::cmp_key);
     let mut exposed: Vec<ExposedTool> = Vec::new();
     let tool_policies = registry.tool_policies(req.namespace);
     let mut visited = 0;
@@ -274,13 +298,19 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             break;
         }
         if j == sorted {
-            order[sorted..].sort_unstable();
+            order[sorted..].sort_unstable_by(Ranked::cmp_key);
             sorted = order.len();
         }
-        let (negative_match, neg_score, _, i) = order[j];
+        let ranked = &order[j];
+        // Past the last tool the intent's words fit: the rest fit no better, and a view is
+        // not filled with them.
+        if ranked.unmatched && !ranked.negative_match && !req.explain {
+            break;
+        }
         visited += 1;
+        let i = ranked.index;
         let tool = registry.tool_at(i);
-        let score = -neg_score;
+        let score = (-ranked.score) as f64 / 1e6;
         if let Err(h) = gate(tool) {
             hidden.push(h);
             continue;
@@ -311,14 +341,22 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             });
             continue;
         }
-        if negative_match {
+        if ranked.negative_match {
             hidden.push(HiddenTool {
                 name: tool.name.clone(),
                 code: "negative-match",
                 reason: format!(
                     "the intent matches its do-not-use-when hints ({})",
-                    shared(&query, &tool.negative_terms)
+                    shared(&query_terms, &tool.negative_terms)
                 ),
+            });
+            continue;
+        }
+        if ranked.unmatched {
+            hidden.push(HiddenTool {
+                name: tool.name.clone(),
+                code: "no-match",
+                reason: "no word of the intent describes it".into(),
             });
             continue;
         }
@@ -326,15 +364,29 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             hidden.push(HiddenTool {
                 name: tool.name.clone(),
                 code: "ranked-out",
-                reason: format!("ranked below the top {max} (score {score})"),
+                reason: format!("ranked below the top {max} (score {score:.2})"),
             });
             continue;
         }
         let (needs, _) = approval_needed(tool, &grant.spec, false);
         let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
-        let matched = shared(&query, &tool.positive_terms);
-        if !matched.is_empty() {
-            reason.push_str(&format!("; intent matches {matched}"));
+        let matched = shared(&query_terms, &tool.positive_terms);
+        if ranked.fit.score > 0.0 {
+            reason.push_str(&format!(
+                "; intent matches {matched} (score {score:.2}: {})",
+                ranked.fit.explain()
+            ));
+        } else if !anything_fits && !query_terms.is_empty() {
+            reason.push_str("; no word of the intent describes any tool: listed unranked");
+        }
+        if ranked.riskier {
+            reason.push_str(&format!(
+                "; does more than the intent asks ({}): ranked after the tools that fit without it",
+                match action {
+                    rank::IntentAction::Read => "a read",
+                    _ => "a change, not a deletion",
+                }
+            ));
         }
         if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
             reason.push_str(&format!("; {f} recent failure(s)"));
@@ -381,6 +433,43 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         exposed,
         hidden,
         not_ranked: order.len() - visited,
+    }
+}
+
+/// A candidate's place in the order (see `compile_view`).
+#[derive(Debug, Clone)]
+struct Ranked {
+    negative_match: bool,
+    unmatched: bool,
+    riskier: bool,
+    deprecated: bool,
+    /// The score, negated and in millionths (an integer orders totally).
+    score: i64,
+    required: usize,
+    tier: RiskTier,
+    name_rank: u32,
+    index: usize,
+    fit: rank::Fit,
+}
+
+impl Ranked {
+    fn cmp_key(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
+        // Tools the intent fits, then those its do-not-use-when hints rule out (visited to
+        // say so), then those it does not fit at all.
+        let key = |r: &Ranked| {
+            (
+                r.unmatched && !r.negative_match,
+                r.negative_match,
+                r.riskier,
+                r.deprecated,
+                r.score,
+                r.required,
+                r.tier,
+                r.name_rank,
+                r.index,
+            )
+        };
+        key(a).cmp(&key(b))
     }
 }
 

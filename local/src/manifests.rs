@@ -199,7 +199,8 @@ pub fn load_folder(
     // What a server says is not the platform team's manifest: a discovered tool that does not
     // lint (a schema that does not compile, a bad name) stays out of the view with its
     // lifecycle saying why, and refuses nothing else.
-    let discovered = |f: &Finding| f.origin.source.starts_with("mcp:");
+    let discovered =
+        |f: &Finding| f.origin.source.starts_with("mcp:") || f.holds_back_its_tool_only();
     let errors: Vec<String> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error && !discovered(f))

@@ -53,6 +53,16 @@ pub struct Finding {
     pub message: String,
 }
 
+impl Finding {
+    /// Whether the finding keeps only its own tool out (registered as blocked, the rest of the
+    /// manifests usable) rather than refusing the set: instruction-like text in what a tool from
+    /// outside shows a model. One flagged tool of a server does not take its server's other
+    /// tools away; the finding is the reviewer's to read.
+    pub fn holds_back_its_tool_only(&self) -> bool {
+        self.code == poisoning::CODE
+    }
+}
+
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.origin, self.severity)?;
