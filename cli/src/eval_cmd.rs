@@ -7,20 +7,29 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use toolgate_core::eval::{
-    Prompt, Report, Thresholds, evaluate, example_prompts, failures, parse_prompts,
+    Prompt, Ranker, Report, Thresholds, evaluate_with, example_prompts, failures, imported_servers,
+    parse_prompts,
 };
 use toolgate_core::registry::Registry;
 
-use crate::policy_cmds::{load, parse_now};
+use crate::policy_cmds::{load_with, parse_now};
 use toolgate_client::exit::EXIT_BAD_MANIFESTS;
 use toolgate_client::outln;
 
 /// Options of `toolgate eval`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EvalArgs {
-    /// Folder of manifests to evaluate.
-    #[arg(long, default_value = "examples")]
-    pub manifests: PathBuf,
+    /// Folder of manifests to evaluate (default: `examples`, unless only --tools-list is given).
+    #[arg(long)]
+    pub manifests: Option<PathBuf>,
+    /// A saved `tools/list` answer of an MCP server, imported beside the manifests as the
+    /// platform team would (server named after the file, every tool reviewed and granted to
+    /// the principal): how views would rank its tools. Takes several files; repeatable.
+    #[arg(long = "tools-list", value_name = "FILE", num_args = 1..)]
+    pub tools_lists: Vec<PathBuf>,
+    /// How far the imported servers' annotations are believed.
+    #[arg(long, value_enum, default_value_t = crate::mcp_cmd::Trust::FirstParty)]
+    pub import_trust: crate::mcp_cmd::Trust,
     /// Prompts files (YAML lists of {intent, expect, forbid, actionType, principal, namespace});
     /// repeatable. Every descriptor's `description.examples` are prompts too.
     #[arg(long = "prompts")]
@@ -47,6 +56,15 @@ pub struct EvalArgs {
     /// Fail when the share of prompts offered an unsafe tool is above this.
     #[arg(long, default_value_t = 0.0)]
     pub max_unsafe: f64,
+    /// Fail when P@1 (the first tool is right) is below this.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p1: f64,
+    /// Fail when P@k (a right tool in the top k) is below this.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_pk: f64,
+    /// Fail when more than this share of the read intents is offered a tool that destroys.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_destructive_on_reads: f64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -55,11 +73,17 @@ pub struct EvalArgs {
     pub now: Option<String>,
 }
 
-fn registry_of(dir: &Path, now: jiff::Timestamp) -> anyhow::Result<Result<Registry, ExitCode>> {
-    Ok(load(&[dir.to_path_buf()], None, now)?.map(|r| Registry::from_objects(&r.objects)))
+fn registry_of(
+    dir: Option<&Path>,
+    imported: &[toolgate_core::manifest::RawManifest],
+    now: jiff::Timestamp,
+) -> anyhow::Result<Result<Registry, ExitCode>> {
+    let dirs: Vec<PathBuf> = dir.map(Path::to_path_buf).into_iter().collect();
+    Ok(load_with(&dirs, imported.to_vec(), None, now)?.map(|r| Registry::from_objects(&r.objects)))
 }
 
 fn run_on(
+    ranker: Ranker,
     registry: &Registry,
     files: &[Prompt],
     a: &EvalArgs,
@@ -68,7 +92,8 @@ fn run_on(
 ) -> Report {
     let mut prompts = files.to_vec();
     prompts.extend(example_prompts(registry, namespace));
-    evaluate(
+    evaluate_with(
+        ranker,
         registry,
         &prompts,
         &a.principal,
@@ -76,6 +101,36 @@ fn run_on(
         usize::from(a.k),
         now,
     )
+}
+
+/// The manifests the --tools-list files become, or the exit code of a file that cannot be read.
+fn imported(
+    a: &EvalArgs,
+    namespace: &str,
+) -> Result<Vec<toolgate_core::manifest::RawManifest>, ExitCode> {
+    let mut lists = Vec::new();
+    for path in &a.tools_lists {
+        let server = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tools = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| toolgate_core::mcp::parse_list(&text).map_err(|e| e.to_string()));
+        match tools {
+            Ok(tools) => lists.push((server, tools)),
+            Err(e) => {
+                eprintln!("toolgate: --tools-list {}: {e}", path.display());
+                return Err(ExitCode::from(EXIT_BAD_MANIFESTS));
+            }
+        }
+    }
+    let principal = toolgate_core::principal::Principal::new(&a.principal);
+    let (docs, refused) = imported_servers(&lists, namespace, &principal, a.import_trust.into());
+    for r in refused {
+        eprintln!("toolgate: {r}");
+    }
+    Ok(docs)
 }
 
 /// Run the evaluation and print it.
@@ -105,14 +160,19 @@ pub fn run(a: &EvalArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let registry = match registry_of(&a.manifests, now)? {
+    let imported = match imported(a, &namespace) {
+        Ok(docs) => docs,
+        Err(code) => return Ok(code),
+    };
+    let registry = match registry_of(manifests(a).as_deref(), &imported, now)? {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    let report = run_on(&registry, &files, a, &namespace, now);
+    let report = run_on(Ranker::Toolgate, &registry, &files, a, &namespace, now);
+    let bm25 = run_on(Ranker::Bm25, &registry, &files, a, &namespace, now);
     let baseline = match &a.baseline {
-        Some(dir) => match registry_of(dir, now)? {
-            Ok(r) => Some(run_on(&r, &files, a, &namespace, now)),
+        Some(dir) => match registry_of(Some(dir), &imported, now)? {
+            Ok(r) => Some(run_on(Ranker::Toolgate, &r, &files, a, &namespace, now)),
             Err(code) => return Ok(code),
         },
         None => None,
@@ -121,17 +181,20 @@ pub fn run(a: &EvalArgs) -> anyhow::Result<ExitCode> {
         min_recall: a.min_recall,
         min_precision: a.min_precision,
         max_unsafe: a.max_unsafe,
+        min_first_right: a.min_p1,
+        min_found_in_k: a.min_pk,
+        max_destructive_on_reads: a.max_destructive_on_reads,
     };
-    let failed = failures(&report, &bars, baseline.as_ref());
+    let failed = failures(&report, &bars, baseline.as_ref(), Some(&bm25));
     if a.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "report": report, "baseline": baseline, "failures": failed,
+                "report": report, "bm25": bm25, "baseline": baseline, "failures": failed,
             }))?
         );
     } else {
-        print_report(a, &report, baseline.as_ref(), &failed);
+        print_report(a, &report, &bm25, baseline.as_ref(), &failed);
     }
     Ok(if failed.is_empty() {
         ExitCode::SUCCESS
@@ -140,20 +203,51 @@ pub fn run(a: &EvalArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_report(a: &EvalArgs, r: &Report, baseline: Option<&Report>, failed: &[String]) {
+/// The manifests folder: as given, else `examples` unless tools lists are all there is.
+fn manifests(a: &EvalArgs) -> Option<PathBuf> {
+    match &a.manifests {
+        Some(m) => Some(m.clone()),
+        None if a.tools_lists.is_empty() => Some(PathBuf::from("examples")),
+        None => None,
+    }
+}
+
+fn print_report(
+    a: &EvalArgs,
+    r: &Report,
+    bm25: &Report,
+    baseline: Option<&Report>,
+    failed: &[String],
+) {
     let k = r.k;
+    let mut over: Vec<String> = manifests(a)
+        .map(|m| m.display().to_string())
+        .into_iter()
+        .collect();
+    over.extend(a.tools_lists.iter().map(|p| p.display().to_string()));
     outln!(
-        "toolgate eval: {} prompt(s) over {} (k = {k})",
+        "toolgate eval: {} prompt(s), {} of them reads, over {} (k = {k})",
         r.prompts.len(),
-        a.manifests.display()
+        r.read_prompts,
+        over.join(", ")
     );
     let line = |r: &Report| {
         format!(
-            "precision@{k} {:.3}  recall@{k} {:.3}  MRR {:.3}  unsafe exposure {:.3}  over-exposure {:.3}  approval trigger rate {:.3}",
-            r.precision, r.recall, r.mrr, r.unsafe_exposure, r.over_exposure, r.approval_rate
+            "P@1 {:.3}  P@{k} {:.3}  MRR {:.3}  precision@{k} {:.3}  recall@{k} {:.3}  unsafe exposure {:.3}  over-exposure {:.3}  destroyers on reads {:.3}  approval trigger rate {:.3}",
+            r.first_right,
+            r.found_in_k,
+            r.mrr,
+            r.precision,
+            r.recall,
+            r.unsafe_exposure,
+            r.over_exposure,
+            r.destructive_on_reads,
+            r.approval_rate
         )
     };
     outln!("{}", line(r));
+    outln!("plain BM25 over name and description, same tools, same run:");
+    outln!("{}", line(bm25));
     if let Some(b) = baseline {
         outln!(
             "baseline {}:",

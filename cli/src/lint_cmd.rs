@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use toolgate_client::outln;
 
-pub use toolgate_local::manifests::{lint_paths, linter};
+pub use toolgate_local::manifests::{lint_paths, lint_paths_with, linter};
 
 /// Output format of lint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

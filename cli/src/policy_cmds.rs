@@ -15,7 +15,7 @@ use toolgate_core::registry::Registry;
 use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
 use toolgate_crds::{ActionType, DecisionOutcome};
 
-use crate::lint_cmd::{lint_paths, linter};
+use crate::lint_cmd::{lint_paths_with, linter};
 use toolgate_client::{out, outln};
 
 use toolgate_client::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
@@ -66,8 +66,18 @@ pub(crate) fn load(
     lenient: Option<&Path>,
     now: jiff::Timestamp,
 ) -> anyhow::Result<Result<LintReport, ExitCode>> {
+    load_with(paths, Vec::new(), lenient, now)
+}
+
+/// [`load`], with manifests a command made beside the files'.
+pub(crate) fn load_with(
+    paths: &[PathBuf],
+    extra: Vec<toolgate_core::manifest::RawManifest>,
+    lenient: Option<&Path>,
+    now: jiff::Timestamp,
+) -> anyhow::Result<Result<LintReport, ExitCode>> {
     let linter = linter()?;
-    let mut report = lint_paths(&linter, paths, now);
+    let mut report = lint_paths_with(&linter, paths, extra, now);
     report.findings.retain(|f| f.severity == Severity::Error);
     let lenient_src = lenient.map(|p| p.display().to_string());
     // In the call under review, semantic problems (bad args, stale digest) are the decision's to

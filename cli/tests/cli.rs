@@ -686,6 +686,83 @@ fn eval_prints_precision_recall_and_unsafe_exposure_and_catches_a_harmless_looki
     assert!(err.contains("[0].expect"), "{err}");
 }
 
+/// The evaluation set of real MCP servers (tests/golden/mcp): in one registry of all of them,
+/// views put the right tool first and in the top 5 more often than plain BM25 over the same
+/// tools in the same run, clear the bars the product promises, and offer read requests no
+/// tool that destroys. `toolgate eval` fails when any of that stops being true.
+#[test]
+fn views_over_real_mcp_servers_beat_plain_bm25_and_keep_destroyers_from_reads() {
+    let dir = root().join("tests/golden/mcp");
+    let mut args: Vec<String> = vec!["eval".into(), "--tools-list".into()];
+    let mut lists: Vec<String> = std::fs::read_dir(&dir)
+        .expect("lists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| p.display().to_string())
+        .collect();
+    lists.sort();
+    assert!(lists.len() >= 10, "{lists:?}");
+    args.extend(lists);
+    let prompts = root()
+        .join("tests/golden/mcp-prompts.yaml")
+        .display()
+        .to_string();
+    for a in [
+        "--prompts",
+        prompts.as_str(),
+        "--k",
+        "5",
+        "--min-recall",
+        "0",
+        "--max-unsafe",
+        "1",
+        "--min-p1",
+        "0.65",
+        "--min-pk",
+        "0.85",
+        "--max-destructive-on-reads",
+        "0.1",
+        "--json",
+    ] {
+        args.push(a.into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = toolgate(&args);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        json["failures"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ours, bm25) = (&json["report"], &json["bm25"]);
+    assert!(ours["prompts"].as_array().expect("prompts").len() >= 150);
+    for metric in ["firstRight", "foundInK"] {
+        let (a, b) = (
+            ours[metric].as_f64().expect("f"),
+            bm25[metric].as_f64().expect("f"),
+        );
+        assert!(a > b, "{metric}: toolgate {a} vs BM25 {b}");
+    }
+    assert!(ours["destructiveOnReads"].as_f64().expect("f") <= 0.1);
+    assert!(ours["readPrompts"].as_u64().expect("n") >= 50);
+
+    // The bar is real: demand more than the views give and the eval fails, naming it.
+    let mut harder = args.clone();
+    let at = harder.iter().position(|a| *a == "0.65").expect("bar");
+    harder[at] = "0.99";
+    harder.retain(|a| *a != "--json");
+    let out = toolgate(&harder);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("FAIL P@1"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("plain BM25 over name and description"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// `toolgate` is two binaries that act as one: the client commands run in the small `toolgate`,
 /// everything else (help and version too) in `toolgate-full` beside it, by exec.
 #[test]

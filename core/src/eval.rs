@@ -110,6 +110,109 @@ pub fn example_prompts(registry: &Registry, namespace: &str) -> Vec<Prompt> {
     out
 }
 
+/// The name of the SandboxPolicy and ToolGrant [`imported_servers`] adds.
+pub const IMPORTED: &str = "imported-mcp-servers";
+
+/// The manifests saved `tools/list` answers become when a platform team imports the servers at
+/// `trust`, reviews every tool and grants them all to `principal`: what views would be after
+/// the import. Each server is named after its list (`github.json` → `github.*` tools); the
+/// tools share one SandboxPolicy and one ToolGrant (by selector: no name limit) with a scope
+/// per server. Also the tools refused, with why.
+pub fn imported_servers(
+    lists: &[(String, Vec<serde_json::Value>)],
+    namespace: &str,
+    principal: &Principal,
+    trust: toolgate_crds::TrustLevel,
+) -> (Vec<crate::manifest::RawManifest>, Vec<String>) {
+    use serde_json::json;
+    let mut docs = Vec::new();
+    let mut refused = Vec::new();
+    if lists.is_empty() {
+        return (docs, refused);
+    }
+    let mut scopes = Vec::new();
+    let command = ["mcp-server".to_string()];
+    for (server, tools) in lists {
+        let config = crate::mcp::ServerConfig {
+            name: server,
+            trust,
+            namespace,
+            command: &command,
+            url: None,
+            credential_binding: None,
+            image: None,
+            sandbox_policy: IMPORTED,
+            version: None,
+        };
+        let (normalized, bad) = crate::mcp::normalize(&config, tools);
+        refused.extend(bad.into_iter().map(|r| format!("{server}: refused {r}")));
+        for (i, t) in normalized.into_iter().enumerate() {
+            scopes.extend(t.spec.permissions.required_scopes.iter().cloned());
+            // A tool that writes locally (L2) also needs the workspace-write scope.
+            if crate::risk::descriptor_tier(&t.spec) == toolgate_crds::RiskTier::L2 {
+                scopes.push(crate::decision::WORKSPACE_WRITE_SCOPE.to_string());
+            }
+            let digest = crate::digest::descriptor_digest(&t.spec).unwrap_or_default();
+            docs.push(crate::manifest::RawManifest {
+                origin: crate::manifest::Origin {
+                    source: format!("{server} (imported tools/list)"),
+                    document: i,
+                },
+                value: json!({
+                    "apiVersion": "toolgate.dev/v1alpha1",
+                    "kind": "ToolDescriptor",
+                    "metadata": {
+                        "name": t.name,
+                        "namespace": namespace,
+                        "annotations": {crate::lint::poisoning::REVIEWED_ANNOTATION: digest},
+                    },
+                    "spec": t.spec,
+                }),
+            });
+        }
+    }
+    scopes.sort();
+    scopes.dedup();
+    let subject = match principal.service_account() {
+        Some((ns, name)) => json!({"kind": "ServiceAccount", "name": name, "namespace": ns}),
+        None => json!({"kind": "User", "name": principal.name}),
+    };
+    let origin = |document| crate::manifest::Origin {
+        source: "imported tools/list".into(),
+        document,
+    };
+    docs.push(crate::manifest::RawManifest {
+        origin: origin(0),
+        value: json!({
+            "apiVersion": "toolgate.dev/v1alpha1",
+            "kind": "SandboxPolicy",
+            "metadata": {"name": IMPORTED, "namespace": namespace},
+            "spec": {
+                "mode": "read_only",
+                "filesystem": {"cwd": "workspace", "readRoots": [], "writeRoots": []},
+                "network": {"egress": "none"},
+                "process": {"timeoutMs": 30000, "maxMemoryMb": 256, "maxProcesses": 16,
+                            "maxStdoutBytes": 1_048_576, "maxStderrBytes": 65_536},
+            },
+        }),
+    });
+    docs.push(crate::manifest::RawManifest {
+        origin: origin(1),
+        value: json!({
+            "apiVersion": "toolgate.dev/v1alpha1",
+            "kind": "ToolGrant",
+            "metadata": {"name": IMPORTED, "namespace": namespace},
+            "spec": {
+                "subjects": [subject],
+                "tools": {"selector": {}},
+                "scopes": scopes,
+                "reason": "every tool of the imported servers, for evaluation",
+            },
+        }),
+    });
+    (docs, refused)
+}
+
 /// What one prompt's view was.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -134,6 +237,12 @@ pub struct PromptResult {
     pub riskier_tools: Vec<String>,
     /// Whether its top tool needs a human approval.
     pub approval: bool,
+    /// Whether it names a tool it expects.
+    pub expects: bool,
+    /// Whether it asks only to read (its action type, or its words).
+    pub read_intent: bool,
+    /// A read that was offered a tool that destroys.
+    pub destructive_offered: bool,
 }
 
 /// How one tool fared as an expected tool.
@@ -156,8 +265,18 @@ pub struct ToolScore {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    /// What ranked the tools.
+    pub ranker: Ranker,
     /// The k of precision and recall.
     pub k: usize,
+    /// P@1: share of the prompts that expect a tool whose first tool is one of them.
+    pub first_right: f64,
+    /// P@k: share of the prompts that expect a tool with one of them in the top k.
+    pub found_in_k: f64,
+    /// Share of the read intents offered a tool that destroys.
+    pub destructive_on_reads: f64,
+    /// How many prompts ask only to read.
+    pub read_prompts: usize,
     /// Mean precision@k.
     pub precision: f64,
     /// Mean recall@k.
@@ -181,6 +300,32 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { 1.0 } else { sum / f64::from(n) }
 }
 
+/// A tool in a ranked list, as the metrics need it.
+#[derive(Debug, Clone)]
+struct Offered {
+    name: String,
+    tier: RiskTier,
+    approval: bool,
+}
+
+/// Which ranking a report measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Ranker {
+    /// toolgate's views.
+    Toolgate,
+    /// Plain BM25 over name and description of the same tools ([`crate::rank::bm25_baseline`]).
+    Bm25,
+}
+
+fn namespace_of(p: &Prompt, principal: &Principal, default_namespace: Option<&str>) -> String {
+    p.namespace
+        .clone()
+        .or_else(|| default_namespace.map(str::to_string))
+        .or_else(|| principal.service_account().map(|(ns, _)| ns.to_string()))
+        .unwrap_or_else(|| "default".into())
+}
+
 /// Run every prompt against the registry's view compiler (top `k`).
 pub fn evaluate(
     registry: &Registry,
@@ -190,136 +335,219 @@ pub fn evaluate(
     k: usize,
     now: jiff::Timestamp,
 ) -> Report {
+    evaluate_with(
+        Ranker::Toolgate,
+        registry,
+        prompts,
+        default_principal,
+        default_namespace,
+        k,
+        now,
+    )
+}
+
+/// Run every prompt through a ranker: toolgate's views, or plain BM25 over the tools the same
+/// view would let the principal use (policy applied alike, so only the ranking differs).
+pub fn evaluate_with(
+    ranker: Ranker,
+    registry: &Registry,
+    prompts: &[Prompt],
+    default_principal: &str,
+    default_namespace: Option<&str>,
+    k: usize,
+    now: jiff::Timestamp,
+) -> Report {
     let failures = BTreeMap::new();
+    let usage = crate::registry::GrantUsages::default();
     let mut tools: BTreeMap<String, ToolScore> = BTreeMap::new();
     let mut results = Vec::new();
     for p in prompts {
         let principal = Principal::new(p.principal.as_deref().unwrap_or(default_principal))
             .with_groups(p.groups.iter().cloned());
-        let namespace = p
-            .namespace
-            .clone()
-            .or_else(|| default_namespace.map(str::to_string))
-            .or_else(|| principal.service_account().map(|(ns, _)| ns.to_string()))
-            .unwrap_or_else(|| "default".into());
-        let view = compile_view(
-            registry,
-            &ViewRequest {
-                namespace: &namespace,
-                principal: &principal,
-                intent: &p.intent,
-                action_type: p.action_type,
-                domains: &[],
-                max_tools: k,
-                recent_failures: &failures,
-                explain: false,
-                now,
-                usage: &Default::default(),
-            },
-        );
-        let exposed: Vec<String> = view.exposed.iter().map(|t| t.name.clone()).collect();
-        let expected: BTreeSet<&str> = p.expect.iter().map(String::as_str).collect();
-        let hits = exposed
-            .iter()
-            .filter(|n| expected.contains(n.as_str()))
-            .count();
-        let precision = if exposed.is_empty() {
-            if expected.is_empty() { 1.0 } else { 0.0 }
-        } else {
-            hits as f64 / exposed.len() as f64
+        let namespace = namespace_of(p, &principal, default_namespace);
+        let request = |intent, max_tools| ViewRequest {
+            namespace: &namespace,
+            principal: &principal,
+            intent,
+            action_type: p.action_type,
+            domains: &[],
+            max_tools,
+            recent_failures: &failures,
+            explain: false,
+            now,
+            usage: &usage,
         };
-        let recall = if expected.is_empty() {
-            1.0
-        } else {
-            hits as f64 / expected.len() as f64
+        let offered: Vec<Offered> = match ranker {
+            Ranker::Toolgate => compile_view(registry, &request(&p.intent, k))
+                .exposed
+                .iter()
+                .map(|t| Offered {
+                    name: t.name.clone(),
+                    tier: t.tier,
+                    approval: t.approval == ApprovalHint::Required,
+                })
+                .collect(),
+            Ranker::Bm25 => {
+                // Every tool the principal may use for this action type, unranked.
+                let all = compile_view(registry, &request("", registry.tool_count().max(1)));
+                let documents: Vec<String> = all
+                    .exposed
+                    .iter()
+                    .map(|t| {
+                        let summary = registry
+                            .tool(&namespace, &t.name)
+                            .map_or("", |r| r.spec.description.summary.as_str());
+                        format!("{} {summary}", t.canonical_name)
+                    })
+                    .collect();
+                let scores = crate::rank::bm25_baseline(&documents, &p.intent);
+                let mut order: Vec<usize> =
+                    (0..documents.len()).filter(|&i| scores[i] > 0.0).collect();
+                order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+                order
+                    .into_iter()
+                    .take(k)
+                    .map(|i| {
+                        let t = &all.exposed[i];
+                        Offered {
+                            name: t.name.clone(),
+                            tier: t.tier,
+                            approval: t.approval == ApprovalHint::Required,
+                        }
+                    })
+                    .collect()
+            }
         };
-        let reciprocal_rank = exposed
-            .iter()
-            .position(|n| expected.contains(n.as_str()))
-            .map_or(0.0, |i| 1.0 / (i as f64 + 1.0));
-        // Riskier than the riskiest tool the task needs: least privilege in what the model sees.
-        let ceiling: Option<RiskTier> = p
-            .expect
-            .iter()
-            .filter_map(|n| registry.tool(&namespace, n).map(|t| t.tier))
-            .max();
-        let first_expected = view
-            .exposed
-            .iter()
-            .position(|t| expected.contains(t.name.as_str()))
-            .unwrap_or(usize::MAX);
-        let riskier = |t: &crate::view::ExposedTool| {
-            !expected.contains(t.name.as_str()) && ceiling.is_some_and(|c| t.tier > c)
-        };
-        let unsafe_tools: Vec<String> = view
-            .exposed
-            .iter()
-            .enumerate()
-            .filter(|(i, t)| {
-                !expected.contains(t.name.as_str())
-                    && (p.forbid.contains(&t.name) || (riskier(t) && *i < first_expected))
-            })
-            .map(|(_, t)| t.name.clone())
-            .collect();
-        let riskier_tools: Vec<String> = view
-            .exposed
-            .iter()
-            .filter(|t| riskier(t))
-            .map(|t| t.name.clone())
-            .collect();
+        let result = measure(registry, p, &namespace, &offered);
         for n in &p.expect {
             let s = tools.entry(n.clone()).or_default();
             s.prompts += 1;
-            if exposed.contains(n) {
+            if result.exposed.contains(n) {
                 s.found += 1;
             }
-            if exposed.first() == Some(n) {
+            if result.exposed.first() == Some(n) {
                 s.first += 1;
             }
         }
-        for n in &unsafe_tools {
+        for n in &result.unsafe_tools {
             tools.entry(n.clone()).or_default().unsafe_exposures += 1;
         }
-        for n in &riskier_tools {
+        for n in &result.riskier_tools {
             tools.entry(n.clone()).or_default().over_exposures += 1;
         }
-        results.push(PromptResult {
-            source: p.source.clone(),
-            intent: p.intent.clone(),
-            approval: view
-                .exposed
-                .first()
-                .is_some_and(|t| t.approval == ApprovalHint::Required),
-            exposed,
-            hits,
-            precision,
-            recall,
-            reciprocal_rank,
-            unsafe_tools,
-            riskier_tools,
-        });
+        results.push(result);
     }
+    let share = |f: &dyn Fn(&PromptResult) -> bool| {
+        mean(results.iter().map(|r| if f(r) { 1.0 } else { 0.0 })).min(if results.is_empty() {
+            0.0
+        } else {
+            1.0
+        })
+    };
+    let expecting: Vec<&PromptResult> = results.iter().filter(|r| r.expects).collect();
+    let reads: Vec<&PromptResult> = results.iter().filter(|r| r.read_intent).collect();
     Report {
+        ranker,
         k,
         precision: mean(results.iter().map(|r| r.precision)),
         recall: mean(results.iter().map(|r| r.recall)),
         mrr: mean(results.iter().map(|r| r.reciprocal_rank)),
-        unsafe_exposure: mean(
-            results
+        first_right: mean(
+            expecting
                 .iter()
-                .map(|r| if r.unsafe_tools.is_empty() { 0.0 } else { 1.0 }),
-        )
-        .min(if results.is_empty() { 0.0 } else { 1.0 }),
-        over_exposure: mean(
-            results
-                .iter()
-                .map(|r| if r.riskier_tools.is_empty() { 0.0 } else { 1.0 }),
-        )
-        .min(if results.is_empty() { 0.0 } else { 1.0 }),
-        approval_rate: mean(results.iter().map(|r| if r.approval { 1.0 } else { 0.0 }))
-            .min(if results.is_empty() { 0.0 } else { 1.0 }),
+                .map(|r| if r.reciprocal_rank >= 1.0 { 1.0 } else { 0.0 }),
+        ),
+        found_in_k: mean(expecting.iter().map(|r| if r.hits > 0 { 1.0 } else { 0.0 })),
+        unsafe_exposure: share(&|r| !r.unsafe_tools.is_empty()),
+        over_exposure: share(&|r| !r.riskier_tools.is_empty()),
+        destructive_on_reads: if reads.is_empty() {
+            0.0
+        } else {
+            mean(
+                reads
+                    .iter()
+                    .map(|r| if r.destructive_offered { 1.0 } else { 0.0 }),
+            )
+        },
+        read_prompts: reads.len(),
+        approval_rate: share(&|r| r.approval),
         tools,
         prompts: results,
+    }
+}
+
+/// The metrics of one prompt's ranked tools.
+fn measure(registry: &Registry, p: &Prompt, namespace: &str, offered: &[Offered]) -> PromptResult {
+    let exposed: Vec<String> = offered.iter().map(|t| t.name.clone()).collect();
+    let expected: BTreeSet<&str> = p.expect.iter().map(String::as_str).collect();
+    let hits = exposed
+        .iter()
+        .filter(|n| expected.contains(n.as_str()))
+        .count();
+    let precision = if exposed.is_empty() {
+        if expected.is_empty() { 1.0 } else { 0.0 }
+    } else {
+        hits as f64 / exposed.len() as f64
+    };
+    let recall = if expected.is_empty() {
+        1.0
+    } else {
+        hits as f64 / expected.len() as f64
+    };
+    let first_expected = exposed
+        .iter()
+        .position(|n| expected.contains(n.as_str()))
+        .unwrap_or(usize::MAX);
+    let reciprocal_rank = if first_expected == usize::MAX {
+        0.0
+    } else {
+        1.0 / (first_expected as f64 + 1.0)
+    };
+    // Riskier than the riskiest tool the task needs: least privilege in what the model sees.
+    let ceiling: Option<RiskTier> = p
+        .expect
+        .iter()
+        .filter_map(|n| registry.tool(namespace, n).map(|t| t.tier))
+        .max();
+    let riskier =
+        |t: &Offered| !expected.contains(t.name.as_str()) && ceiling.is_some_and(|c| t.tier > c);
+    let unsafe_tools: Vec<String> = offered
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| {
+            !expected.contains(t.name.as_str())
+                && (p.forbid.contains(&t.name) || (riskier(t) && *i < first_expected))
+        })
+        .map(|(_, t)| t.name.clone())
+        .collect();
+    let riskier_tools: Vec<String> = offered
+        .iter()
+        .filter(|t| riskier(t))
+        .map(|t| t.name.clone())
+        .collect();
+    let read_intent = match p.action_type {
+        Some(a) => crate::rank::declared_action(a) == crate::rank::IntentAction::Read,
+        None => crate::rank::intent_action(&p.intent) == crate::rank::IntentAction::Read,
+    };
+    let destructive_offered = offered.iter().any(|t| {
+        registry
+            .tool(namespace, &t.name)
+            .is_some_and(|r| crate::rank::destroys(&r.spec))
+    });
+    PromptResult {
+        source: p.source.clone(),
+        intent: p.intent.clone(),
+        approval: offered.first().is_some_and(|t| t.approval),
+        exposed,
+        hits,
+        precision,
+        recall,
+        reciprocal_rank,
+        unsafe_tools,
+        riskier_tools,
+        expects: !expected.is_empty(),
+        read_intent,
+        destructive_offered: read_intent && destructive_offered,
     }
 }
 
@@ -332,11 +560,51 @@ pub struct Thresholds {
     pub min_precision: f64,
     /// Highest acceptable unsafe-exposure rate.
     pub max_unsafe: f64,
+    /// Lowest acceptable P@1.
+    pub min_first_right: f64,
+    /// Lowest acceptable P@k.
+    pub min_found_in_k: f64,
+    /// Highest acceptable share of read intents offered a tool that destroys.
+    pub max_destructive_on_reads: f64,
 }
 
-/// What fails: each bar the report misses, and (with a baseline) each metric that got worse.
-pub fn failures(report: &Report, bars: &Thresholds, baseline: Option<&Report>) -> Vec<String> {
+/// What fails: each bar the report misses, (with a baseline) each metric that got worse, and
+/// (with the plain BM25 ranking of the same run) P@1 or P@k below it.
+pub fn failures(
+    report: &Report,
+    bars: &Thresholds,
+    baseline: Option<&Report>,
+    bm25: Option<&Report>,
+) -> Vec<String> {
     let mut out = Vec::new();
+    let k = report.k;
+    for (name, got, bar) in [
+        ("P@1", report.first_right, bars.min_first_right),
+        ("P@k", report.found_in_k, bars.min_found_in_k),
+    ] {
+        if got < bar {
+            out.push(format!("{name} {got:.3} is below {bar:.3} (k = {k})"));
+        }
+    }
+    if report.destructive_on_reads > bars.max_destructive_on_reads {
+        out.push(format!(
+            "{:.3} of the read intents were offered a tool that destroys; at most {:.3}",
+            report.destructive_on_reads, bars.max_destructive_on_reads
+        ));
+    }
+    if let Some(b) = bm25 {
+        const EPS: f64 = 1e-9;
+        for (name, got, plain) in [
+            ("P@1", report.first_right, b.first_right),
+            ("P@k", report.found_in_k, b.found_in_k),
+        ] {
+            if got + EPS < plain {
+                out.push(format!(
+                    "{name} {got:.3} is below plain BM25's {plain:.3} on the same prompts (k = {k})"
+                ));
+            }
+        }
+    }
     if report.recall < bars.min_recall {
         out.push(format!(
             "recall@{} {:.3} is below {:.3}",

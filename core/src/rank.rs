@@ -80,6 +80,25 @@ pub fn terms(text: &str) -> BTreeSet<String> {
     tokens(text).into_iter().collect()
 }
 
+/// Words of everyday requests and the word tools use for the same thing: a request says "now",
+/// a tool says "current". Each adds the tool's word to the query at half weight.
+const EVERYDAY: &[(&str, &str)] = &[
+    ("now", "current"),
+    ("today", "current"),
+    ("currently", "current"),
+];
+
+/// The tool words an intent's everyday words stand for ([`EVERYDAY`]), stemmed.
+pub fn everyday_terms(intent: &str) -> BTreeSet<String> {
+    let words = terms(intent);
+    EVERYDAY
+        .iter()
+        .filter(|(said, _)| words.contains(&STEMMER.stem(said).into_owned()))
+        .map(|(_, meant)| STEMMER.stem(meant).into_owned())
+        .filter(|t| !words.contains(t))
+        .collect()
+}
+
 /// A tool's words by field: term counts and field lengths.
 #[derive(Debug, Clone, Default)]
 pub struct ToolText {
@@ -108,6 +127,16 @@ impl ToolText {
                 t.add(3, name);
                 if let Some(d) = schema.get("description").and_then(Value::as_str) {
                     t.add(3, d);
+                }
+                // The values an arg takes say what the tool does (`method: get_diff`).
+                for v in schema
+                    .get("enum")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
+                    t.add(3, v);
                 }
             }
         }
@@ -405,28 +434,58 @@ pub fn declared_action(action: ActionType) -> IntentAction {
     }
 }
 
-/// Whether a tool does more than an intent needs: a tool that changes anything for a read, one
-/// that destroys for a change. It is ranked after every tool that fits and is not riskier, and
-/// marked in the view.
-pub fn riskier_than_needed(spec: &ToolDescriptorSpec, action: IntentAction) -> bool {
-    let e = &spec.effects;
-    let destroys = spec.risk.destructive
-        || !e.deletes.is_empty()
-        || spec.intent.action_types.contains(&ActionType::Delete);
+/// Whether a tool declares it does more than a read: an action type that changes, sends or
+/// destroys, or a destructive risk. A tool that only says it executes something (`execute`,
+/// `compute`: a test runner, or an MCP tool whose author did not say) is not known to.
+pub fn declares_change(spec: &ToolDescriptorSpec) -> bool {
+    use ActionType::*;
+    destroys(spec)
+        || spec.intent.action_types.iter().any(|a| {
+            matches!(
+                a,
+                Write
+                    | Patch
+                    | MemoryWrite
+                    | ExternalSend
+                    | Delete
+                    | Admin
+                    | Deploy
+                    | Purchase
+                    | Auth
+            )
+        })
+}
+
+/// Whether a tool declares it destroys.
+pub fn destroys(spec: &ToolDescriptorSpec) -> bool {
+    spec.risk.destructive
+        || !spec.effects.deletes.is_empty()
+        || spec.intent.action_types.contains(&ActionType::Delete)
+}
+
+/// How a tool's risk weighs on its rank for an intent: for a read, a tool that declares a
+/// change ranks after every tool that does not ([`Demotion::After`]); for a change, a tool that
+/// declares it destroys has its score lowered ([`Demotion::Lowered`]: many real tools that
+/// overwrite or navigate declare themselves destructive, and a change may need one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demotion {
+    /// Ranked as its fit says.
+    None,
+    /// Its score multiplied by [`LOWERED`].
+    Lowered,
+    /// After every tool that fits and is not riskier.
+    After,
+}
+
+/// The factor a [`Demotion::Lowered`] tool's score is multiplied by.
+pub const LOWERED: f64 = 0.6;
+
+/// How much more than the intent asks a tool declares it does.
+pub fn demotion(spec: &ToolDescriptorSpec, action: IntentAction) -> Demotion {
     match action {
-        IntentAction::Read => {
-            destroys
-                || e.mutates_state
-                || !e.writes.is_empty()
-                || e.sends_user_data
-                || spec
-                    .intent
-                    .action_types
-                    .iter()
-                    .all(|a| declared_action(*a) != IntentAction::Read)
-        }
-        IntentAction::Write => destroys,
-        IntentAction::Delete | IntentAction::Unknown => false,
+        IntentAction::Read if declares_change(spec) => Demotion::After,
+        IntentAction::Write if destroys(spec) => Demotion::Lowered,
+        _ => Demotion::None,
     }
 }
 
@@ -498,7 +557,7 @@ mod tests {
             ("list the pods in the default namespace", IntentAction::Read),
             ("What time is it now?", IntentAction::Read),
             ("delete the stale branch", IntentAction::Delete),
-            ("comment on issue 12 that it is fixed", IntentAction::Write),
+            ("comment on the login issue that it is fixed", IntentAction::Write),
             ("hello there", IntentAction::Unknown),
             ("Removing old snapshots", IntentAction::Delete),
         ] {

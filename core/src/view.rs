@@ -202,13 +202,12 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     // says little), then the lower tier, then the name.
     let corpus = registry.corpus(req.namespace);
     let query_terms: BTreeSet<String> = terms(req.intent);
-    let query: Vec<(String, f64)> = query_terms
-        .iter()
-        .map(|t| {
-            let df = registry.tools_with_term(req.namespace, t, false).len();
-            (t.clone(), corpus.idf(df))
-        })
-        .collect();
+    let idf = |t: &str| corpus.idf(registry.tools_with_term(req.namespace, t, false).len());
+    let mut query: Vec<(String, f64)> = query_terms.iter().map(|t| (t.clone(), idf(t))).collect();
+    query.extend(rank::everyday_terms(req.intent).into_iter().map(|t| {
+        let w = 0.5 * idf(&t);
+        (t, w)
+    }));
     let action = req
         .action_type
         .map(rank::declared_action)
@@ -255,7 +254,11 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             } else {
                 req.recent_failures.get(&t.name).copied().unwrap_or(0)
             };
-            let score = fit.score * 0.5f64.powi(failures.min(64) as i32);
+            let demotion = rank::demotion(&t.spec, action);
+            let mut score = fit.score * 0.5f64.powi(failures.min(64) as i32);
+            if demotion == rank::Demotion::Lowered {
+                score *= rank::LOWERED;
+            }
             let required = t
                 .spec
                 .schemas
@@ -266,7 +269,8 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             Ranked {
                 negative_match: negative > 0 && negative >= positive,
                 unmatched: anything_fits && fit.score <= 0.0,
-                riskier: rank::riskier_than_needed(&t.spec, action),
+                riskier: demotion == rank::Demotion::After,
+                lowered: demotion == rank::Demotion::Lowered,
                 deprecated: t.lifecycle == Lifecycle::Deprecated,
                 score: -(score * 1e6).round() as i64,
                 required,
@@ -380,12 +384,14 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             reason.push_str("; no word of the intent describes any tool: listed unranked");
         }
         if ranked.riskier {
+            reason.push_str(
+                "; declares a change and the intent asks for a read: ranked after the tools that only read",
+            );
+        }
+        if ranked.lowered {
             reason.push_str(&format!(
-                "; does more than the intent asks ({}): ranked after the tools that fit without it",
-                match action {
-                    rank::IntentAction::Read => "a read",
-                    _ => "a change, not a deletion",
-                }
+                "; declares it destroys and the intent asks for a change: score x{}",
+                rank::LOWERED
             ));
         }
         if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
@@ -442,6 +448,7 @@ struct Ranked {
     negative_match: bool,
     unmatched: bool,
     riskier: bool,
+    lowered: bool,
     deprecated: bool,
     /// The score, negated and in millionths (an integer orders totally).
     score: i64,

@@ -108,7 +108,19 @@ pub fn load(paths: &[PathBuf]) -> (Vec<RawManifest>, Vec<Finding>) {
 
 /// Lint the manifests under the paths as one set.
 pub fn lint_paths(linter: &Linter, paths: &[PathBuf], now: jiff::Timestamp) -> LintReport {
+    lint_paths_with(linter, paths, Vec::new(), now)
+}
+
+/// Lint the manifests under the paths and `extra` ones (made by a command, not read from a
+/// file) as one set.
+pub fn lint_paths_with(
+    linter: &Linter,
+    paths: &[PathBuf],
+    extra: Vec<RawManifest>,
+    now: jiff::Timestamp,
+) -> LintReport {
     let (mut docs, mut load_findings) = load(paths);
+    docs.extend(extra);
     expand_skills(&mut docs, &mut load_findings);
     let mut report = linter.lint(docs, now);
     load_findings.append(&mut report.findings);
