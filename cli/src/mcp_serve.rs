@@ -25,12 +25,16 @@ use toolgate_client::{Client, Conn};
 /// The tool that reports on a call proposed earlier.
 const GET_CALL: &str = "toolgate.get_call";
 
+/// A call's user goal when the session states none.
+const UNSTATED_GOAL: &str = "the task the user asked for (not stated to toolgate mcp serve)";
+
 /// Options of `toolgate mcp serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// The task the MCP client works on: what the tool view is compiled for and what each
-    /// call's intent says (MCP carries no intent of its own).
-    #[arg(long, default_value = "the task the user asked for")]
+    /// The task the MCP client works on: the tool view is ranked by it and holds only the tools
+    /// it describes, and each call's intent says it (MCP carries no intent of its own). Without
+    /// it the client is offered every tool the caller may use, up to --max-tools.
+    #[arg(long, default_value = "")]
     pub intent: String,
     /// Namespace of the tools (default: the caller's service-account namespace).
     #[arg(long, default_value = "")]
@@ -229,7 +233,11 @@ impl Gateway {
             tool_digest: entry.digest.clone(),
             args_json: args.to_string(),
             intent: Some(pb::Intent {
-                user_goal: self.args.intent.clone(),
+                user_goal: if self.args.intent.trim().is_empty() {
+                    UNSTATED_GOAL.into()
+                } else {
+                    self.args.intent.clone()
+                },
                 current_task: format!("MCP tools/call {name}"),
                 action_type: entry.action.clone(),
                 rationale_summary: "called by an MCP client through toolgate mcp serve".into(),

@@ -557,7 +557,10 @@ mod tests {
             ("list the pods in the default namespace", IntentAction::Read),
             ("What time is it now?", IntentAction::Read),
             ("delete the stale branch", IntentAction::Delete),
-            ("comment on the login issue that it is fixed", IntentAction::Write),
+            (
+                "comment on the login issue that it is fixed",
+                IntentAction::Write,
+            ),
             ("hello there", IntentAction::Unknown),
             ("Removing old snapshots", IntentAction::Delete),
         ] {

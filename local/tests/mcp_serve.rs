@@ -101,7 +101,7 @@ fn http_gateway(server: &Server) -> HttpGateway {
             "--listen",
             "127.0.0.1:0",
             "--intent",
-            "greet the user",
+            "echo a greeting message to the user",
         ])
         .args(["--wait-seconds", "20"])
         .env_remove("TOOLGATE_TOKEN")
@@ -174,7 +174,7 @@ async fn drive_over(mut client: Command, http: bool) {
         .get_tool_view(req(
             AGENT,
             toolgate_proto::v1::GetToolViewRequest {
-                intent: "greet the user".into(),
+                intent: "echo a greeting message to the user".into(),
                 max_tools: 32,
                 ..Default::default()
             },

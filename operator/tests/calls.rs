@@ -1911,7 +1911,12 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
             "--namespace",
             &ns,
         ])
-        .args(["--intent", "greet the user", "--wait-seconds", "60"])
+        .args([
+            "--intent",
+            "echo a greeting message to the user",
+            "--wait-seconds",
+            "60",
+        ])
         .env_remove("TOOLGATE_TOKEN")
         .stdout(std::process::Stdio::piped())
         .stderr(support::log_file())

@@ -22,7 +22,7 @@ async function main() {
       })
     : new StdioClientTransport({
         command: process.argv[2],
-        args: ["mcp", "serve", "--server", process.argv[3], "--intent", "greet the user", "--wait-seconds", "20"],
+        args: ["mcp", "serve", "--server", process.argv[3], "--intent", "echo a greeting message to the user", "--wait-seconds", "20"],
         env: { TOOLGATE_TOKEN: process.env.TOOLGATE_TOKEN, PATH: process.env.PATH || "" },
       });
   const client = new Client({ name: "toolgate-tests-ts", version: "0.0.0" });

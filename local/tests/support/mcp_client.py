@@ -40,7 +40,7 @@ def transport():
         return streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
     params = StdioServerParameters(
         command=sys.argv[1],
-        args=["mcp", "serve", "--server", sys.argv[2], "--intent", "greet the user", "--wait-seconds", "20"],
+        args=["mcp", "serve", "--server", sys.argv[2], "--intent", "echo a greeting message to the user", "--wait-seconds", "20"],
         env={"TOOLGATE_TOKEN": os.environ["TOOLGATE_TOKEN"], "PATH": os.environ.get("PATH", "")},
     )
     return stdio_client(params)
