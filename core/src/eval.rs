@@ -164,6 +164,7 @@ pub fn imported_servers(
                     "metadata": {
                         "name": t.name,
                         "namespace": namespace,
+                        "labels": {crate::mcp::SERVER_LABEL: server},
                         "annotations": {crate::lint::poisoning::REVIEWED_ANNOTATION: digest},
                     },
                     "spec": t.spec,

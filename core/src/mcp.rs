@@ -27,6 +27,11 @@ use toolgate_crds::{
     ToolSchemas, ToolSource, TrustLevel,
 };
 
+/// The label every descriptor discovered on an MCP server carries, set to the server's name: a
+/// grant selects all of one server's tools by it (`selector: {matchLabels:
+/// {toolgate.dev/mcp-server: github}}`), however many there are.
+pub const SERVER_LABEL: &str = "toolgate.dev/mcp-server";
+
 /// The largest `tools/list` answer read (a server that sends more is refused, not parsed).
 pub const MAX_LIST_BYTES: usize = 16 << 20;
 /// The largest description of one tool; a longer one is refused (a model would be fed it).
@@ -640,7 +645,8 @@ pub fn server_manifests(
             .enabled
             .iter()
             .any(|e| e.tool == tool && e.digest == digest);
-        let mut metadata = serde_json::json!({"name": t.name, "namespace": namespace});
+        let mut metadata = serde_json::json!({"name": t.name, "namespace": namespace,
+                                              "labels": {SERVER_LABEL: server}});
         if enabled {
             metadata["annotations"] =
                 serde_json::json!({crate::lint::poisoning::REVIEWED_ANNOTATION: digest});
@@ -680,7 +686,8 @@ pub fn to_yaml(server: &ServerConfig<'_>, tools: &[Normalized]) -> Result<String
         let object = serde_json::json!({
             "apiVersion": toolgate_crds::API_VERSION,
             "kind": "ToolDescriptor",
-            "metadata": {"name": t.name, "namespace": server.namespace},
+            "metadata": {"name": t.name, "namespace": server.namespace,
+                         "labels": {SERVER_LABEL: server.name}},
             "spec": t.spec,
         });
         let yaml = serde_norway::to_string(&object).map_err(|e| e.to_string())?;

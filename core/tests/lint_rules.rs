@@ -679,3 +679,20 @@ fn instructions_to_the_model_in_descriptions_are_flagged() {
     });
     expect_one(docs, "description-instructions", "spec.description.summary");
 }
+
+#[test]
+fn a_grant_naming_too_many_tools_is_told_the_limit_and_how_to_select_instead() {
+    let docs = mutate("ToolGrant", "fixer-agent", |g| {
+        let names: Vec<Value> = (0..300)
+            .map(|i| Value::String(format!("tool-{i}")))
+            .collect();
+        set(g, "/spec/tools/names", Value::Array(names));
+    });
+    let f = expect_one(docs, "schema-bounds", "spec.tools.names");
+    assert!(
+        f.message.contains("at most 256 items, found 300")
+            && f.message.contains("spec.tools.selector")
+            && f.message.contains("toolgate.dev/mcp-server"),
+        "{f}"
+    );
+}

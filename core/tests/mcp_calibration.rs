@@ -136,3 +136,48 @@ fn third_party_servers_keep_every_tool_at_the_top_gate_and_lose_none_to_routing_
         );
     }
 }
+
+#[test]
+fn a_grant_selects_every_tool_of_a_server_by_its_label_beyond_the_name_limit() {
+    let principal = Principal::new("system:serviceaccount:team-a:fixer");
+    let github: Vec<_> = lists().into_iter().filter(|(s, _)| s == "github").collect();
+    let count = github[0].1.len();
+    assert!(count > 100, "{count}");
+    let view_size = |server: &str| {
+        let (mut docs, _) = toolgate_core::eval::imported_servers(
+            &github,
+            "team-a",
+            &principal,
+            TrustLevel::FirstParty,
+        );
+        let grant = docs
+            .iter_mut()
+            .find(|d| d.value["kind"] == "ToolGrant")
+            .expect("grant");
+        grant.value["spec"]["tools"] = serde_json::json!({
+            "selector": {"matchLabels": {toolgate_core::mcp::SERVER_LABEL: server}}
+        });
+        let report = support::linter().lint(docs, support::now());
+        let registry = Registry::from_objects(&report.objects);
+        let none = BTreeMap::new();
+        toolgate_core::view::compile_view(
+            &registry,
+            &toolgate_core::view::ViewRequest {
+                namespace: "team-a",
+                principal: &principal,
+                intent: "",
+                action_type: None,
+                domains: &[],
+                max_tools: 256,
+                recent_failures: &none,
+                explain: false,
+                now: support::now(),
+                usage: &Default::default(),
+            },
+        )
+        .exposed
+        .len()
+    };
+    assert_eq!(view_size("github"), count);
+    assert_eq!(view_size("gitlab"), 0);
+}

@@ -288,14 +288,22 @@ fn describe(e: &jsonschema::ValidationError<'_>) -> Vec<SchemaProblem> {
                 short_json(found)
             ),
         ),
-        ValidationErrorKind::MaxItems { limit: l } => one(
-            at,
-            "schema-bounds",
-            format!(
-                "expected at most {l} items, found {}",
-                found.as_array().map_or(0, Vec::len)
-            ),
-        ),
+        ValidationErrorKind::MaxItems { limit: l } => {
+            // A grant of more tools than it may name selects them instead.
+            let hint = if at.ends_with("spec.tools.names") {
+                "; select more by spec.tools.selector (matchLabels such as {toolgate.dev/mcp-server: NAME} for all of an MCP server's tools, actionTypes, maxTier)"
+            } else {
+                ""
+            };
+            one(
+                at,
+                "schema-bounds",
+                format!(
+                    "expected at most {l} items, found {}{hint}",
+                    found.as_array().map_or(0, Vec::len)
+                ),
+            )
+        }
         ValidationErrorKind::MinItems { limit: l } => one(
             at,
             "schema-bounds",
