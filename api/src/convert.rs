@@ -115,6 +115,7 @@ fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
     match pb::ViewFormat::try_from(f) {
         Ok(pb::ViewFormat::Unspecified | pb::ViewFormat::Canonical) => Ok(ViewFormat::Canonical),
         Ok(pb::ViewFormat::Openai) => Ok(ViewFormat::OpenAi),
+        Ok(pb::ViewFormat::OpenaiResponses) => Ok(ViewFormat::OpenAiResponses),
         Ok(pb::ViewFormat::Anthropic) => Ok(ViewFormat::Anthropic),
         Ok(pb::ViewFormat::Mcp) => Ok(ViewFormat::Mcp),
         Err(_) => Err(ApiError::field(

@@ -43,8 +43,10 @@ pub enum DiffOutput {
 pub enum Format {
     /// toolgate's form, with digests and reasons.
     Canonical,
-    /// OpenAI function tools.
+    /// OpenAI Chat Completions function tools.
     Openai,
+    /// OpenAI Responses API function tools.
+    OpenaiResponses,
     /// Anthropic tools.
     Anthropic,
     /// MCP tools/list entries.
@@ -314,6 +316,7 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
     let format = match a.format {
         Format::Canonical => ViewFormat::Canonical,
         Format::Openai => ViewFormat::OpenAi,
+        Format::OpenaiResponses => ViewFormat::OpenAiResponses,
         Format::Anthropic => ViewFormat::Anthropic,
         Format::Mcp => ViewFormat::Mcp,
     };
@@ -350,6 +353,7 @@ pub fn view_remote(
     let format = match format {
         Format::Canonical => pb::ViewFormat::Canonical,
         Format::Openai => pb::ViewFormat::Openai,
+        Format::OpenaiResponses => pb::ViewFormat::OpenaiResponses,
         Format::Anthropic => pb::ViewFormat::Anthropic,
         Format::Mcp => pb::ViewFormat::Mcp,
     };

@@ -118,8 +118,10 @@ pub struct ToolView {
 pub enum ViewFormat {
     /// toolgate's own form, with reasons.
     Canonical,
-    /// OpenAI function tools.
+    /// OpenAI Chat Completions function tools.
     OpenAi,
+    /// OpenAI Responses API function tools (flat: no `function` wrapper).
+    OpenAiResponses,
     /// Anthropic tools.
     Anthropic,
     /// MCP `tools/list` entries.
@@ -575,6 +577,13 @@ fn render_tool(t: &ExposedTool, format: ViewFormat) -> Value {
         ViewFormat::OpenAi => json!({
             "type": "function",
             "function": {"name": t.provider_name, "description": model_description(t), "parameters": schema}
+        }),
+        ViewFormat::OpenAiResponses => json!({
+            "type": "function",
+            "name": t.provider_name,
+            "description": model_description(t),
+            "parameters": schema,
+            "strict": false,
         }),
         ViewFormat::Anthropic => {
             json!({"name": t.provider_name, "description": model_description(t), "input_schema": schema})

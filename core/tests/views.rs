@@ -289,6 +289,30 @@ fn provider_payloads_carry_only_what_the_provider_expects() {
             "reversible"
         );
     }
+    // The Responses API's flat shape: the same name and schema, no `function` wrapper.
+    let chat = v.render(ViewFormat::OpenAi);
+    for (tool, chat) in v
+        .render(ViewFormat::OpenAiResponses)
+        .as_array()
+        .expect("array")
+        .iter()
+        .zip(chat.as_array().expect("array"))
+    {
+        let mut keys: Vec<&str> = tool
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec!["description", "name", "parameters", "strict", "type"]
+        );
+        assert_eq!(tool["type"], "function");
+        assert_eq!(tool["name"], chat["function"]["name"]);
+        assert_eq!(tool["parameters"], chat["function"]["parameters"]);
+    }
     for tool in v.render(ViewFormat::Anthropic).as_array().expect("array") {
         let mut keys: Vec<&str> = tool
             .as_object()
@@ -334,7 +358,12 @@ fn provider_payloads_carry_only_what_the_provider_expects() {
     );
 
     // Internal fields never reach a provider payload.
-    for format in [ViewFormat::OpenAi, ViewFormat::Anthropic, ViewFormat::Mcp] {
+    for format in [
+        ViewFormat::OpenAi,
+        ViewFormat::OpenAiResponses,
+        ViewFormat::Anthropic,
+        ViewFormat::Mcp,
+    ] {
         let text = v.render(format).to_string();
         for internal in [
             "sha256:",

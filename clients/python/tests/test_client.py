@@ -24,6 +24,14 @@ def test_view_is_ready_for_a_model_sdk(server):
     assert all(h["code"] and h["reason"] for h in view.hidden)
 
 
+def test_the_responses_api_shape_is_flat(server):
+    with Client(server, token=AGENT) as tg:
+        view = tg.view("read the serializer source file", format="openai-responses", max_tools=4)
+    assert view.tools and all(t["type"] == "function" and "function" not in t for t in view.tools)
+    assert "file__read" in [t["name"] for t in view.tools]
+    assert all(isinstance(t["parameters"], dict) for t in view.tools)
+
+
 def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
     with Client(server, token=AGENT) as tg:
         view = tg.view("the serializer test is failing, fix it", max_tools=16)

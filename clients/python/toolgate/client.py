@@ -20,6 +20,7 @@ TERMINAL = ("Succeeded", "Failed", "Denied", "Cancelled")
 _FORMATS = {
     "canonical": pb.VIEW_FORMAT_CANONICAL,
     "openai": pb.VIEW_FORMAT_OPENAI,
+    "openai-responses": pb.VIEW_FORMAT_OPENAI_RESPONSES,
     "anthropic": pb.VIEW_FORMAT_ANTHROPIC,
     "mcp": pb.VIEW_FORMAT_MCP,
 }
@@ -237,7 +238,7 @@ class Client:
         namespace: str = "",
         explain: bool = False,
     ) -> View:
-        """The caller's tool view for ``intent``, in ``format`` (openai, anthropic, mcp,
+        """The caller's tool view for ``intent``, in ``format`` (openai, openai-responses, anthropic, mcp,
         canonical)."""
         if format not in _FORMATS:
             raise ValueError(f"format: expected one of {', '.join(_FORMATS)}, got {format!r}")
