@@ -163,6 +163,34 @@ enum Command {
     /// Tools of MCP servers, governed like any other.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Print the ToolDescriptors that tool definitions written for a model provider's API
+    /// (OpenAI Chat Completions or Responses, Anthropic) become, for review in a pull request:
+    /// each an `http` tool that POSTs its args to `<url-base>/<name>`, its schema kept byte for
+    /// byte, its name kept where valid, an approval on every call (definitions say nothing of
+    /// risk: edit the descriptor to say more). Exits 1 when a definition is refused (each named
+    /// with why), 2 when the file cannot be read.
+    Import {
+        /// A JSON file: an array of definitions, `{"tools": [...]}`, or one definition.
+        file: PathBuf,
+        /// The application's endpoint the functions are served at.
+        #[arg(long)]
+        url_base: String,
+        /// The SandboxPolicy the calls run under (its egress must allow the endpoint's host).
+        #[arg(long)]
+        sandbox_policy: String,
+        /// Namespace of the descriptors.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// A prefix for every name (`app` gives `app.get-weather`).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// The CredentialBinding sent to the endpoint as `Authorization: Bearer`.
+        #[arg(long)]
+        credential_binding: Option<String>,
+        /// How far the definitions are believed.
+        #[arg(long, value_enum, default_value = "first-party")]
+        trust: mcp_cmd::Trust,
+    },
 }
 
 #[derive(Subcommand)]
@@ -325,6 +353,25 @@ fn main() -> ExitCode {
             gitops::policy_test(&dir, output, now.as_deref())
         }
         Command::Mcp(McpCommand::Serve(args)) => mcp_serve::run(&cli.conn, args),
+        Command::Import {
+            file,
+            url_base,
+            sandbox_policy,
+            namespace,
+            prefix,
+            credential_binding,
+            trust,
+        } => mcp_cmd::import(
+            &toolgate_core::import::ImportConfig {
+                namespace: &namespace,
+                prefix: prefix.as_deref(),
+                url_base: &url_base,
+                sandbox_policy: &sandbox_policy,
+                credential_binding: credential_binding.as_deref(),
+                trust: trust.into(),
+            },
+            &file,
+        ),
         Command::Mcp(McpCommand::Normalize {
             server,
             trust,

@@ -1,5 +1,7 @@
 //! `toolgate mcp normalize`: a saved `tools/list` answer as the ToolDescriptors toolgate would
-//! register, through the same normalization as the runtimes (`toolgate_core::mcp`).
+//! register, through the same normalization as the runtimes (`toolgate_core::mcp`); and
+//! `toolgate import`: a model provider's tool definitions as ToolDescriptors
+//! (`toolgate_core::import`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -57,6 +59,57 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
     out!(
         "{}",
         to_yaml(server, &normalized).map_err(anyhow::Error::msg)?
+    );
+    for r in &refused {
+        eprintln!("toolgate: {}: refused {r}", file.display());
+    }
+    Ok(if refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `toolgate import`: print the descriptors; refused definitions go to stderr with their reason
+/// (exit 1).
+pub fn import(
+    config: &toolgate_core::import::ImportConfig<'_>,
+    file: &Path,
+) -> anyhow::Result<ExitCode> {
+    let parsed = std::fs::read_to_string(file)
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            toolgate_core::import::parse_definitions(&text).map_err(|e| e.to_string())
+        });
+    let parsed = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("toolgate: {}: {e}", file.display());
+            return Ok(ExitCode::from(toolgate_client::exit::EXIT_BAD_MANIFESTS));
+        }
+    };
+    let mut refused = Vec::new();
+    let mut definitions = Vec::new();
+    // Where each definition is in the file, to name a refused one by its place there.
+    let mut at = Vec::new();
+    for (i, p) in parsed.into_iter().enumerate() {
+        match p {
+            Ok(d) => {
+                definitions.push(d);
+                at.push(i);
+            }
+            Err(r) => refused.push(r),
+        }
+    }
+    let (tools, bad) = toolgate_core::import::import(config, &definitions);
+    refused.extend(bad.into_iter().map(|mut r| {
+        r.index = at.get(r.index).copied().unwrap_or(r.index);
+        r
+    }));
+    refused.sort_by_key(|r| r.index);
+    out!(
+        "{}",
+        toolgate_core::import::to_yaml(config, &tools).map_err(anyhow::Error::msg)?
     );
     for r in &refused {
         eprintln!("toolgate: {}: refused {r}", file.display());

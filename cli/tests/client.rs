@@ -511,3 +511,172 @@ fn the_rust_example_agent_loop_runs_a_governed_call() {
     );
     assert_eq!(messages[3]["role"], "assistant");
 }
+
+/// Tool definitions an application already hands a model (OpenAI and Anthropic shapes), imported
+/// as descriptors and called through the whole chain against the application's real endpoint: the
+/// schema the model saw validates the args, a human approves (definitions say nothing of risk),
+/// and the endpoint gets exactly the args.
+#[test]
+fn imported_function_definitions_are_governed_calls_of_the_applications_endpoint() {
+    // The application: answers a POST to /tools/<name> with what it received.
+    let mut app = Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        out = json.dumps({"path": self.path, "got": json.loads(body or b"{}")}).encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out))); self.end_headers(); self.wfile.write(out)
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    /// The application stops with the test, whatever its end.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = app.stdout.take().expect("stdout");
+    let _app = Stop(app);
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut port).expect("port");
+    let port = port.trim().to_string();
+
+    let dir = setup();
+    let defs = dir.path().join("definitions.json");
+    std::fs::write(
+        &defs,
+        r#"[{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}},
+            {"name": "book_table", "description": "Book a table at a restaurant.", "input_schema": {"type": "object", "properties": {"restaurant": {"type": "string"}, "people": {"type": "integer", "minimum": 1}}, "required": ["restaurant", "people"]}}]"#,
+    )
+    .expect("definitions");
+    let out = Command::new(toolgate_binary())
+        .arg("import")
+        .arg(&defs)
+        .args(["--url-base", &format!("http://127.0.0.1:{port}/tools")])
+        .args([
+            "--sandbox-policy",
+            "app-api",
+            "--namespace",
+            "team-a",
+            "--prefix",
+            "app",
+        ])
+        .output()
+        .expect("import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = dir.path().join("manifests");
+    std::fs::write(m.join("tools/app.yaml"), &out.stdout).expect("descriptors");
+    std::fs::write(
+        m.join("app.yaml"),
+        format!(
+            r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: app-api, namespace: team-a}}
+spec:
+  mode: network_restricted
+  filesystem: {{readRoots: [], writeRoots: []}}
+  network: {{egress: allowlist, allowDomains: ["127.0.0.1:{port}"], denyPrivateNetworks: false}}
+  process: {{timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 4, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: app, namespace: team-a}}
+spec:
+  subjects: [{{kind: ServiceAccount, name: fixer, namespace: team-a}}]
+  tools: {{names: [app.get-weather, app.book-table]}}
+  scopes: ["tools:app"]
+  reason: the application's own functions
+"#
+        ),
+    )
+    .expect("policy");
+    let lint = Command::new(toolgate_binary())
+        .args(["lint"])
+        .arg(&m)
+        .output()
+        .expect("lint");
+    assert!(
+        lint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let toolgate = cli(&url);
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "view",
+            "--intent",
+            "what is the weather in Paris",
+            "--format",
+            "openai",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("app__get-weather") && out.contains("\"city\""),
+        "{out}"
+    );
+    // The schema the model saw is the one the call is checked against.
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "app.get-weather",
+            "--args",
+            r#"{"city": 7}"#,
+            "--action",
+            "execute",
+            "--task",
+            "weather",
+        ],
+    );
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(format!("{out}{err}").contains("/city"), "{out}{err}");
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "app.book-table",
+            "--args",
+            r#"{"restaurant": "Chez Nous", "people": 2}"#,
+            "--action",
+            "execute",
+            "--task",
+            "book for two",
+        ],
+    );
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains("phase=AwaitingApproval"),
+        "a human approves: {out}{err}"
+    );
+    let id = out.split_whitespace().next().expect("call id").to_string();
+    let (code, out, err) = toolgate(REVIEWER, &["approve", &id]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = toolgate(AGENT, &["watch", &id]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (_, out, _) = toolgate(AGENT, &["get", &id, "-o"]);
+    assert!(
+        out.contains("/tools/book_table") && out.contains("Chez Nous"),
+        "{out}"
+    );
+}

@@ -12,6 +12,7 @@ pub mod delegation;
 pub mod digest;
 pub mod eval;
 pub mod exec;
+pub mod import;
 pub mod lifecycle;
 pub mod lint;
 pub mod manifest;
