@@ -88,13 +88,26 @@ const EVERYDAY: &[(&str, &str)] = &[
     ("currently", "current"),
 ];
 
-/// The tool words an intent's everyday words stand for ([`EVERYDAY`]), stemmed.
-pub fn everyday_terms(intent: &str) -> BTreeSet<String> {
-    let words = terms(intent);
+/// [`EVERYDAY`], stemmed once.
+static EVERYDAY_STEMS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
     EVERYDAY
         .iter()
-        .filter(|(said, _)| words.contains(&STEMMER.stem(said).into_owned()))
-        .map(|(_, meant)| STEMMER.stem(meant).into_owned())
+        .map(|(said, meant)| {
+            (
+                STEMMER.stem(said).into_owned(),
+                STEMMER.stem(meant).into_owned(),
+            )
+        })
+        .collect()
+});
+
+/// The tool words an intent's everyday words stand for ([`EVERYDAY`]), given the intent's
+/// [`terms`].
+pub fn everyday_terms(words: &BTreeSet<String>) -> BTreeSet<String> {
+    EVERYDAY_STEMS
+        .iter()
+        .filter(|(said, _)| words.contains(said))
+        .map(|(_, meant)| meant.clone())
         .filter(|t| !words.contains(t))
         .collect()
 }
@@ -158,6 +171,18 @@ impl ToolText {
         self.counts.iter().flat_map(|m| m.keys().cloned()).collect()
     }
 
+    /// Every word's weighted, length-normalised frequency over the fields, given the namespace's
+    /// average field lengths: what [`contribution`] takes, computed once per registry.
+    pub fn weights(&self, average: &[f64; 5]) -> BTreeMap<String, f64> {
+        self.terms()
+            .into_iter()
+            .map(|t| {
+                let (tf, _) = self.frequency(&t, average);
+                (t, tf)
+            })
+            .collect()
+    }
+
     /// The term's weighted, length-normalised frequency over the fields, and its part per field.
     fn frequency(&self, term: &str, average: &[f64; 5]) -> (f64, [f64; 5]) {
         let mut parts = [0.0; 5];
@@ -191,7 +216,8 @@ impl Corpus {
         }
     }
 
-    fn average(&self) -> [f64; 5] {
+    /// Mean words per field.
+    pub fn average(&self) -> [f64; 5] {
         let n = f64::from(self.tools.max(1));
         self.total_lengths.map(|l| l as f64 / n)
     }
@@ -236,12 +262,18 @@ pub fn fit(text: &ToolText, query: &[(String, f64)], corpus: &Corpus) -> Fit {
             continue;
         }
         let weight = idf * (K1 + 1.0) / (K1 + tf);
-        out.score += weight * tf;
+        out.score += contribution(tf, *idf);
         for (sum, part) in out.parts.iter_mut().zip(parts) {
             *sum += weight * part;
         }
     }
     out
+}
+
+/// What one word adds to a tool's score: its weighted frequency `tf`, saturated, times its
+/// inverse document frequency.
+pub fn contribution(tf: f64, idf: f64) -> f64 {
+    idf * (K1 + 1.0) / (K1 + tf) * tf
 }
 
 /// What an intent asks to do, as far as the risk of the tools that fit it goes.
@@ -388,6 +420,13 @@ const QUESTION_WORDS: &[&str] = &[
     "were", "does", "do", "did", "has", "have", "any", "why",
 ];
 
+/// The stems of the verbs that destroy, change and read, computed once.
+type StemSet = std::collections::HashSet<String>;
+static VERB_STEMS: LazyLock<(StemSet, StemSet, StemSet)> = LazyLock::new(|| {
+    let stems = |verbs: &[&str]| verbs.iter().map(|v| STEMMER.stem(v).into_owned()).collect();
+    (stems(DELETE_VERBS), stems(WRITE_VERBS), stems(READ_VERBS))
+});
+
 /// The action an intent's words ask for: a destruction if any verb destroys (a risky word is
 /// never overlooked); otherwise what its first verb asks (`show me the open pull requests` is a
 /// read, though `open` is also a verb), a question being a read; unknown when no word says.
@@ -397,13 +436,8 @@ pub fn intent_action(intent: &str) -> IntentAction {
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .collect();
-    let is = |w: &str, verbs: &[&str]| {
-        verbs.contains(&w)
-            || verbs
-                .iter()
-                .any(|v| STEMMER.stem(w).as_ref() == STEMMER.stem(v).as_ref())
-    };
-    if words.iter().any(|w| is(w, DELETE_VERBS)) {
+    let stems: Vec<String> = words.iter().map(|w| STEMMER.stem(w).into_owned()).collect();
+    if stems.iter().any(|s| VERB_STEMS.0.contains(s.as_str())) {
         return IntentAction::Delete;
     }
     if words
@@ -412,11 +446,11 @@ pub fn intent_action(intent: &str) -> IntentAction {
     {
         return IntentAction::Read;
     }
-    for w in &words {
-        if is(w, WRITE_VERBS) {
+    for s in &stems {
+        if VERB_STEMS.1.contains(s.as_str()) {
             return IntentAction::Write;
         }
-        if is(w, READ_VERBS) {
+        if VERB_STEMS.2.contains(s.as_str()) {
             return IntentAction::Read;
         }
     }

@@ -41,6 +41,8 @@ pub struct RegisteredTool {
     pub positive_terms: BTreeSet<String>,
     /// The same words by field, counted ([`crate::rank`]).
     pub text: crate::rank::ToolText,
+    /// How many args its input schema requires (a ranking tie-break).
+    pub required_args: usize,
     /// Words of the do-not-use-when and negative hints, for ranking.
     pub negative_terms: BTreeSet<String>,
 }
@@ -112,6 +114,12 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
         positive_terms,
         negative_terms,
         text,
+        required_args: spec
+            .schemas
+            .input_schema
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .map_or(0, Vec::len),
     }
 }
 
@@ -276,6 +284,9 @@ pub struct Registry {
     negative_index: Index<String, Index<String, Vec<usize>>>,
     /// namespace → how many tools and how long their texts are, for ranking.
     corpora: Index<String, crate::rank::Corpus>,
+    /// namespace → term → each tool's weighted frequency of it, in `positive_index`'s order
+    /// (filled once all tools are in: it depends on the namespace's mean field lengths).
+    term_weights: Index<String, Index<String, Vec<f64>>>,
     /// Position of each tool when all are sorted by (namespace, name): a cheap, stable tie-break.
     name_rank: Vec<u32>,
     /// namespace → its ToolPolicies, compiled against its tools.
@@ -340,6 +351,7 @@ impl Registry {
     }
 
     fn rank_names(&mut self) {
+        self.weigh_terms();
         let mut order: Vec<usize> = (0..self.tools.len()).collect();
         order.sort_by(|&a, &b| {
             let (ta, tb) = (&self.tools[a], &self.tools[b]);
@@ -348,6 +360,58 @@ impl Registry {
         self.name_rank = vec![0; self.tools.len()];
         for (rank, i) in order.into_iter().enumerate() {
             self.name_rank[i] = u32::try_from(rank).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// Each posting's weighted term frequency, against its namespace's mean field lengths.
+    fn weigh_terms(&mut self) {
+        let mut weights: Index<String, Index<String, Vec<f64>>> = Index::default();
+        for (ns, terms) in &self.positive_index {
+            let average = self
+                .corpora
+                .get(ns)
+                .map(|c| c.average())
+                .unwrap_or_default();
+            let per_tool: HashMap<usize, std::collections::BTreeMap<String, f64>> = terms
+                .values()
+                .flatten()
+                .copied()
+                .collect::<BTreeSet<usize>>()
+                .into_iter()
+                .map(|i| (i, self.tools[i].text.weights(&average)))
+                .collect();
+            let ns_weights = weights.entry(ns.clone()).or_default();
+            for (term, tools) in terms {
+                ns_weights.insert(
+                    term.clone(),
+                    tools
+                        .iter()
+                        .map(|i| {
+                            per_tool
+                                .get(i)
+                                .and_then(|w| w.get(term))
+                                .copied()
+                                .unwrap_or(0.0)
+                        })
+                        .collect(),
+                );
+            }
+        }
+        self.term_weights = weights;
+    }
+
+    /// The tools of a namespace whose text holds `term`, and each one's weighted frequency of it.
+    pub fn weighted_postings(&self, namespace: &str, term: &str) -> (&[usize], &[f64]) {
+        let tools = self.tools_with_term(namespace, term, false);
+        let weights = self
+            .term_weights
+            .get(namespace)
+            .and_then(|m| m.get(term))
+            .map_or(&[][..], Vec::as_slice);
+        if weights.len() == tools.len() {
+            (tools, weights)
+        } else {
+            (&[], &[])
         }
     }
 

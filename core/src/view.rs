@@ -206,7 +206,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     let query_terms: BTreeSet<String> = terms(req.intent);
     let idf = |t: &str| corpus.idf(registry.tools_with_term(req.namespace, t, false).len());
     let mut query: Vec<(String, f64)> = query_terms.iter().map(|t| (t.clone(), idf(t))).collect();
-    query.extend(rank::everyday_terms(req.intent).into_iter().map(|t| {
+    query.extend(rank::everyday_terms(&query_terms).into_iter().map(|t| {
         let w = 0.5 * idf(&t);
         (t, w)
     }));
@@ -215,23 +215,30 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         .map(rank::declared_action)
         .unwrap_or_else(|| rank::intent_action(req.intent));
     let small = candidates.len() <= SMALL_CANDIDATE_SET;
-    // Large sets: only the tools the intent's words index are scored.
-    let fits: HashMap<usize, rank::Fit> = if small {
-        candidates
-            .iter()
-            .map(|&i| (i, rank::fit(&registry.tool_at(i).text, &query, &corpus)))
-            .filter(|(_, f)| f.score > 0.0)
-            .collect()
+    // Small sets: each candidate's text is scored. Large sets: one pass over the intent's words'
+    // postings, whose weights the registry computed once (the same figures either way).
+    let fits = if small {
+        Scores::Few(
+            candidates
+                .iter()
+                .map(|&i| {
+                    (
+                        i,
+                        rank::fit(&registry.tool_at(i).text, &query, &corpus).score,
+                    )
+                })
+                .filter(|(_, s)| *s > 0.0)
+                .collect(),
+        )
     } else {
-        let mut touched = BTreeSet::new();
-        for (term, _) in &query {
-            touched.extend(registry.tools_with_term(req.namespace, term, false));
+        let mut scores = vec![0.0; registry.tool_count()];
+        for (term, idf) in &query {
+            let (tools, weights) = registry.weighted_postings(req.namespace, term);
+            for (&i, &tf) in tools.iter().zip(weights) {
+                scores[i] += rank::contribution(tf, *idf);
+            }
         }
-        touched
-            .into_iter()
-            .map(|i| (i, rank::fit(&registry.tool_at(i).text, &query, &corpus)))
-            .filter(|(_, f)| f.score > 0.0)
-            .collect()
+        Scores::Many(scores)
     };
     let mut negatives: HashMap<usize, i64> = HashMap::new();
     for term in &query_terms {
@@ -239,38 +246,33 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             *negatives.entry(i).or_default() += 1;
         }
     }
-    let anything_fits = candidates.iter().any(|i| fits.contains_key(i));
+    let anything_fits = candidates.iter().any(|&i| fits.get(i) > 0.0);
     let mut order: Vec<Ranked> = candidates
         .iter()
         .map(|&i| {
             let t = registry.tool_at(i);
-            let fit = fits.get(&i).copied().unwrap_or_default();
-            let positive = if fit.score > 0.0 {
+            let fit = fits.get(i);
+            let negative = negatives.get(&i).copied().unwrap_or(0);
+            // Counted only where a do-not-use hint matched (the rare case).
+            let positive = if fit > 0.0 && negative > 0 {
                 query_terms.intersection(&t.positive_terms).count() as i64
             } else {
                 0
             };
-            let negative = negatives.get(&i).copied().unwrap_or(0);
             let failures = if req.recent_failures.is_empty() {
                 0
             } else {
                 req.recent_failures.get(&t.name).copied().unwrap_or(0)
             };
             let demotion = rank::demotion(&t.spec, action);
-            let mut score = fit.score * 0.5f64.powi(failures.min(64) as i32);
+            let mut score = fit * 0.5f64.powi(failures.min(64) as i32);
             if demotion == rank::Demotion::Lowered {
                 score *= rank::LOWERED;
             }
-            let required = t
-                .spec
-                .schemas
-                .input_schema
-                .get("required")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+            let required = t.required_args;
             Ranked {
                 negative_match: negative > 0 && negative >= positive,
-                unmatched: anything_fits && fit.score <= 0.0,
+                unmatched: anything_fits && fit <= 0.0,
                 riskier: demotion == rank::Demotion::After,
                 lowered: demotion == rank::Demotion::Lowered,
                 deprecated: t.lifecycle == Lifecycle::Deprecated,
@@ -279,7 +281,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
                 tier: t.tier,
                 name_rank: registry.name_rank(i),
                 index: i,
-                fit,
+                fitted: fit > 0.0,
             }
         })
         .collect();
@@ -377,10 +379,12 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         let (needs, _) = approval_needed(tool, &grant.spec, false);
         let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
         let matched = shared(&query_terms, &tool.positive_terms);
-        if ranked.fit.score > 0.0 {
+        if ranked.fitted {
+            // The parts, for the few tools exposed only.
+            let fit = rank::fit(&tool.text, &query, &corpus);
             reason.push_str(&format!(
                 "; intent matches {matched} (score {score:.2}: {})",
-                ranked.fit.explain()
+                fit.explain()
             ));
         } else if !anything_fits && !query_terms.is_empty() {
             reason.push_str("; no word of the intent describes any tool: listed unranked");
@@ -444,6 +448,22 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     }
 }
 
+/// Each candidate's fit to the intent: a few scored one by one, or the whole registry's from the
+/// postings.
+enum Scores {
+    Few(HashMap<usize, f64>),
+    Many(Vec<f64>),
+}
+
+impl Scores {
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Scores::Few(m) => m.get(&i).copied().unwrap_or(0.0),
+            Scores::Many(v) => v.get(i).copied().unwrap_or(0.0),
+        }
+    }
+}
+
 /// A candidate's place in the order (see `compile_view`).
 #[derive(Debug, Clone)]
 struct Ranked {
@@ -458,7 +478,7 @@ struct Ranked {
     tier: RiskTier,
     name_rank: u32,
     index: usize,
-    fit: rank::Fit,
+    fitted: bool,
 }
 
 impl Ranked {
