@@ -1911,12 +1911,8 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
             "--namespace",
             &ns,
         ])
-        .args([
-            "--intent",
-            "echo a greeting message to the user",
-            "--wait-seconds",
-            "60",
-        ])
+        // No intent: the client is offered every tool the caller may use.
+        .args(["--wait-seconds", "60"])
         .env_remove("TOOLGATE_TOKEN")
         .stdout(std::process::Stdio::piped())
         .stderr(support::log_file())
@@ -1964,7 +1960,10 @@ fn an_mcp_client_works_through_mcp_serve_against_the_operator() {
         "{echo}"
     );
     let gated = next("gated");
-    assert_eq!(gated["state"]["phase"], "AwaitingApproval", "{gated}");
+    assert_eq!(
+        gated["state"]["phase"], "AwaitingApproval",
+        "{gated}\nthe tools listed: {tools}"
+    );
     let id = gated["state"]["callId"].as_str().expect("id").to_string();
     rt.block_on(async {
         let shown = wait_call(&mut api, &agent, &id, &["AwaitingApproval"]).await;
