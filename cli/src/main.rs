@@ -39,6 +39,13 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Print a shell completion script for every command and flag: `source <(toolgate
+    /// completion bash)`, or save it where the shell loads completions from.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Write the reference pages generated from the code (every CRD field, command and flag,
     /// the gRPC API, condition types and reasons, exit codes) into a folder.
     Reference {
@@ -281,6 +288,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds { out } => crds_cmd::run(out.as_deref()),
         Command::Reference { out } => reference::run(&Cli::command(), &out),
+        Command::Completion { shell } => {
+            // Into a buffer first: the generator panics on a closed pipe, `write_raw` does not.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "toolgate", &mut script);
+            client::out::write_raw(&script);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Lint {
             paths,
             output,

@@ -898,3 +898,36 @@ fn lint_review_lists_the_descriptors_changed_since_their_review() {
         "{text}"
     );
 }
+
+/// `toolgate completion SHELL` prints a script the shell loads, and bash completes commands and
+/// flag values with it.
+#[test]
+fn completion_scripts_load_and_complete_commands_and_values() {
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let out = toolgate(&["completion", shell]);
+        assert!(out.status.success(), "{shell}");
+        assert!(stdout(&out).contains("tools-list"), "{shell}");
+    }
+    let bin = env!("CARGO_BIN_EXE_toolgate");
+    let complete = |words: &str, cword: usize, cur: &str, prev: &str| {
+        let script = format!(
+            "source <(\"{bin}\" completion bash) && COMP_WORDS=({words}) && COMP_CWORD={cword} && _toolgate toolgate {cur} {prev} && echo \"${{COMPREPLY[@]}}\""
+        );
+        let out = Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .expect("bash");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+    };
+    assert_eq!(complete("toolgate ev", 1, "ev", "toolgate").trim(), "eval");
+    assert_eq!(
+        complete("toolgate view --format o", 3, "o", "--format").trim(),
+        "openai openai-responses"
+    );
+    assert_eq!(toolgate(&["completion", "tcsh"]).status.code(), Some(2));
+}
