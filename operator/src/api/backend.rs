@@ -76,9 +76,19 @@ impl Backend for KubeBackend {
         let proposal = Proposal::validate(caller, &req)?;
         let ns = proposal.namespace.clone();
         self.in_scope(&ns)?;
-        let cluster = self.cache.namespace(&ns, "");
+        let mut cluster = self.cache.namespace(&ns, "");
+        let grantee = caller.grantee();
+        if toolgate_core::lifecycle::may_propose_in(&cluster.policies.registry, &ns, &grantee)
+            .is_err()
+        {
+            // The cache may not have seen a grant applied a moment ago: the API server says
+            // before the caller is refused (only this path pays the reads).
+            cluster = crate::policies::dereference(&self.client, &ns, "")
+                .await
+                .map_err(internal)?;
+            toolgate_core::lifecycle::may_propose_in(&cluster.policies.registry, &ns, &grantee)?;
+        }
         let registry = &cluster.policies.registry;
-        toolgate_core::lifecycle::may_propose_in(registry, &ns, &caller.grantee())?;
         let tool = registry.resolve_name(&ns, &proposal.tool);
         // Pin the version the call is decided against (invariant 1).
         let digest = proposal
