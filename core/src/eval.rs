@@ -309,6 +309,16 @@ struct Offered {
     approval: bool,
 }
 
+impl Offered {
+    fn of(t: &crate::view::ExposedTool) -> Self {
+        Offered {
+            name: t.name.clone(),
+            tier: t.tier,
+            approval: t.approval == ApprovalHint::Required,
+        }
+    }
+}
+
 /// Which ranking a report measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -382,11 +392,7 @@ pub fn evaluate_with(
             Ranker::Toolgate => compile_view(registry, &request(&p.intent, k))
                 .exposed
                 .iter()
-                .map(|t| Offered {
-                    name: t.name.clone(),
-                    tier: t.tier,
-                    approval: t.approval == ApprovalHint::Required,
-                })
+                .map(Offered::of)
                 .collect(),
             Ranker::Bm25 => {
                 // Every tool the principal may use for this action type, unranked.
@@ -408,14 +414,7 @@ pub fn evaluate_with(
                 order
                     .into_iter()
                     .take(k)
-                    .map(|i| {
-                        let t = &all.exposed[i];
-                        Offered {
-                            name: t.name.clone(),
-                            tier: t.tier,
-                            approval: t.approval == ApprovalHint::Required,
-                        }
-                    })
+                    .map(|i| Offered::of(&all.exposed[i]))
                     .collect()
             }
         };

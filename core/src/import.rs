@@ -47,8 +47,6 @@ pub struct Definition {
     pub description: String,
     /// Its arguments' JSON Schema, as given.
     pub schema: Value,
-    /// Which API's shape it was written in.
-    pub shape: &'static str,
 }
 
 /// Every definition of a file: a JSON array, an object with `tools`, or one definition. A
@@ -88,12 +86,14 @@ pub fn parse_definitions(text: &str) -> Result<Vec<Result<Definition, Refused>>,
 }
 
 fn definition(item: &Value) -> Result<Definition, String> {
-    let (body, schema_key, shape) = if let Some(f) = item.get("function") {
-        (f, "parameters", "OpenAI Chat Completions")
+    // OpenAI Chat Completions wraps the function; Anthropic names its schema `input_schema`;
+    // OpenAI Responses is flat.
+    let (body, schema_key) = if let Some(f) = item.get("function") {
+        (f, "parameters")
     } else if item.get("input_schema").is_some() {
-        (item, "input_schema", "Anthropic")
+        (item, "input_schema")
     } else if item.get("type").and_then(Value::as_str) == Some("function") {
-        (item, "parameters", "OpenAI Responses")
+        (item, "parameters")
     } else {
         return Err(
             "expected an OpenAI function tool ({type: function, function: {...}} or {type: function, name, parameters}) or an Anthropic tool ({name, input_schema})".into(),
@@ -130,7 +130,6 @@ fn definition(item: &Value) -> Result<Definition, String> {
         name,
         description,
         schema,
-        shape,
     })
 }
 
@@ -205,7 +204,7 @@ fn as_http(config: &ImportConfig<'_>, n: Normalized, raw: &str) -> Result<Normal
             "--url-base: expected an http:// or https:// URL, found {base:?}"
         ));
     }
-    let url = format!("{base}/{}", percent_encode_segment(raw));
+    let url = format!("{base}/{}", crate::text::percent_encode(raw));
     let properties: Vec<String> = spec
         .schemas
         .input_schema
@@ -256,19 +255,6 @@ fn as_http(config: &ImportConfig<'_>, n: Normalized, raw: &str) -> Result<Normal
         ..spec.execution
     };
     Ok(Normalized { name, spec })
-}
-
-/// A path segment with everything but unreserved characters percent-encoded.
-fn percent_encode_segment(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The descriptors as YAML documents, for a pull request.
@@ -375,7 +361,6 @@ mod tests {
             name: "get_weather".into(),
             description: String::new(),
             schema: serde_json::json!({"type": "object"}),
-            shape: "Anthropic",
         }];
         let cfg = ImportConfig {
             prefix: Some("weather"),

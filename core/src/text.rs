@@ -78,6 +78,19 @@ pub fn cut(text: &str, max: usize) -> String {
     format!("{}{MARK}", &text[..end])
 }
 
+/// Percent-encode everything but RFC 3986 unreserved characters.
+pub fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,18 +273,7 @@ pub fn render_url(template: &str, args: &Value) -> Result<String, RenderError> {
     })
 }
 
-/// Percent-encode everything but RFC 3986 unreserved characters.
-pub fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use toolgate_core::text::percent_encode;
 
 #[cfg(test)]
 mod tests {
