@@ -125,6 +125,32 @@ fn view_format(f: i32) -> Result<ViewFormat, ApiError> {
     }
 }
 
+/// The view `caller` gets: its own grants' tools, or a subagent's — its delegator's grants
+/// narrowed to what its delegation allows. `parent_tool` is the tool of the subagent's parent
+/// call as the runtime found it (`None`: the parent is gone, and the subagent sees nothing).
+pub fn caller_view(
+    policies: &toolgate_core::lifecycle::Policies,
+    usage: &GrantUsages,
+    namespace: &str,
+    caller: &crate::Caller,
+    req: &pb::GetToolViewRequest,
+    parent_tool: Option<&str>,
+) -> Result<pb::ToolView, ApiError> {
+    if caller.delegation.is_none() {
+        return tool_view(policies, usage, namespace, &caller.principal, req, None);
+    }
+    let allowed =
+        toolgate_core::delegation::tools_allowed(&policies.registry, namespace, parent_tool);
+    tool_view(
+        policies,
+        usage,
+        namespace,
+        &caller.grantee(),
+        req,
+        Some(&allowed),
+    )
+}
+
 /// Compile the view a principal gets for a GetToolView request, checking its fields.
 pub fn tool_view(
     policies: &toolgate_core::lifecycle::Policies,
@@ -294,14 +320,23 @@ pub struct Trace {
     pub view: Option<pb::ToolView>,
     /// The call's events.
     pub events: Vec<pb::CallEvent>,
-    /// The approval that bound the call.
+    /// The call's approvals by name, comma-separated ([`approvals_line`]).
     pub approval: String,
-    /// Who gave it.
+    /// Who gave each, in the same order.
     pub approver: String,
     /// How the sandbox was resolved (`toolgate_core::lifecycle::sandbox_view`; null: unknown).
     pub sandbox: serde_json::Value,
     /// A delegation's calls (its subagent's), by id.
     pub children: Vec<String>,
+}
+
+/// ExplainCall's approval and approver fields from the approvals the core names for a call
+/// (`toolgate_core::lifecycle::explained_approvals`): names, then approvers, each
+/// comma-separated in the same order.
+pub fn approvals_line(approvals: &[(&str, &str)]) -> (String, String) {
+    let names: Vec<&str> = approvals.iter().map(|(n, _)| *n).collect();
+    let approvers: Vec<&str> = approvals.iter().map(|(_, a)| *a).collect();
+    (names.join(", "), approvers.join(", "))
 }
 
 /// A call's recorded artifact by id, or NotFound in words both backends use.

@@ -245,6 +245,43 @@ pub fn list_filter_matches(
         && (req.principal.is_empty() || principal == req.principal)
 }
 
+/// A subagent's CompleteDelegation: the delegation it ends (the caller's own, from its token)
+/// and its report, or why it is refused (not a subagent; `result_json` not JSON).
+pub fn delegation_report(
+    caller: &Caller,
+    req: pb::CompleteDelegationRequest,
+) -> Result<
+    (
+        &toolgate_crds::CallDelegation,
+        toolgate_core::delegation::Report,
+    ),
+    ApiError,
+> {
+    let Some(delegation) = &caller.delegation else {
+        return Err(ApiError::PermissionDenied {
+            code: "not-a-subagent",
+            message: "only a subagent acting with its delegation token ends a delegation".into(),
+        });
+    };
+    let result = if req.result_json.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::from_str(&req.result_json)
+                .map_err(|e| ApiError::field("result_json", format!("expected JSON: {e}")))?,
+        )
+    };
+    Ok((
+        delegation,
+        toolgate_core::delegation::Report {
+            summary: req.summary,
+            result,
+            failed: req.failed,
+            tokens_used: (req.tokens_used > 0).then_some(req.tokens_used),
+        },
+    ))
+}
+
 #[cfg(test)]
 mod properties {
     use super::*;

@@ -68,6 +68,20 @@ pub fn subagent_of(tool: &ToolDescriptorSpec) -> Option<&SubagentSpec> {
         .flatten()
 }
 
+/// The tools a subagent may see and call: what its delegation's tool (the parent call's,
+/// `parent_tool`) allows; nothing when the parent call or its tool is gone.
+pub fn tools_allowed(
+    registry: &crate::registry::Registry,
+    namespace: &str,
+    parent_tool: Option<&str>,
+) -> Vec<String> {
+    parent_tool
+        .and_then(|tool| registry.tool(namespace, tool))
+        .and_then(|t| subagent_of(&t.spec))
+        .map(|s| s.allowed_tools.clone())
+        .unwrap_or_default()
+}
+
 /// When a running delegation ends on its own.
 pub fn expires_at(status: &ToolCallStatus, subagent: &SubagentSpec) -> Option<Timestamp> {
     let started = status.runtime.as_ref()?.started_at.as_ref()?.0;

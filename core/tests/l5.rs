@@ -351,3 +351,82 @@ fn dry_run_confirmation_needs_a_tool_that_dry_runs() {
         .unwrap_or_else(|| panic!("{:#?}", report.findings));
     assert_eq!(finding.severity, toolgate_core::lint::Severity::Error);
 }
+
+#[test]
+fn an_approval_that_changes_nothing_the_call_waits_for_is_refused_and_explain_names_every_approval()
+{
+    let p = policies(Some("dry_run"));
+    let spec = delete("src/old.snap", false);
+    let status = proposed(&p, "del", &spec);
+    assert_eq!(status.phase, Some(CallPhase::AwaitingApproval));
+    let call = Call {
+        namespace: NS,
+        name: "del",
+        spec: &spec,
+        status: &status,
+    };
+    let request = |approver| ApprovalRequest {
+        approver,
+        decision: ApprovalDecision::AllowOnce,
+        shown: None,
+        ttl_seconds: 0,
+        comment: "",
+    };
+    // The first approval binds: the call now waits for its dry run instead.
+    let mut given = Vec::new();
+    let snap = Snapshot::new(&p, entries(&given), now());
+    let first =
+        toolgate_core::lifecycle::approve(&snap, &call, &request("alice@example.com"), "a1")
+            .expect("the first approval binds");
+    given.push(("a1".to_string(), first));
+    let snap = Snapshot::new(&p, entries(&given), now());
+    assert!(snap.decide(&call).codes().contains(&"dry-run-required"));
+    // Another approver adds nothing a dry run would: refused, saying what the call waits for.
+    let again = toolgate_core::lifecycle::approve(&snap, &call, &request("bob@example.com"), "a2")
+        .expect_err("a second approval cannot stand in for the dry run");
+    match &again {
+        Refusal::FailedPrecondition { code, message } => {
+            assert_eq!(*code, "approval-not-binding");
+            assert!(message.contains("dry-run-required"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A denial always binds: it ends the call.
+    let deny = ApprovalRequest {
+        decision: ApprovalDecision::Deny,
+        ..request("bob@example.com")
+    };
+    let denial = toolgate_core::lifecycle::approve(&snap, &call, &deny, "a2").expect("a denial");
+    given.push(("a2".to_string(), denial));
+    let snap = Snapshot::new(&p, entries(&given), now());
+    assert_eq!(snap.decide(&call).outcome, DecisionOutcome::Deny);
+    // ExplainCall names both, in order, with their approvers.
+    assert_eq!(
+        toolgate_core::lifecycle::explained_approvals(&snap, &call),
+        [("a1", "alice@example.com"), ("a2", "bob@example.com")]
+    );
+}
+
+#[test]
+fn only_the_proposer_and_the_namespace_approvers_may_answer_for_a_call() {
+    let p = policies(None);
+    let spec = delete("src/old.snap", false);
+    let status = proposed(&p, "del", &spec);
+    let call = Call {
+        namespace: NS,
+        name: "del",
+        spec: &spec,
+        status: &status,
+    };
+    use toolgate_core::lifecycle::may_answer;
+    assert!(may_answer(FIXER, &call, false).is_ok());
+    assert!(may_answer("alice@example.com", &call, true).is_ok());
+    let refused = may_answer("mallory@example.com", &call, false).expect_err("an outsider");
+    assert!(
+        matches!(
+            &refused,
+            Refusal::PermissionDenied { code: "not-an-approver", message } if message.contains(NS)
+        ),
+        "{refused:?}"
+    );
+}

@@ -3,7 +3,7 @@
 //! decide again.
 
 use toolgate_api::{ApiError, Caller};
-use toolgate_core::lifecycle::{ApprovalRequest, awaiting, issue};
+use toolgate_core::lifecycle::{ApprovalRequest, approve, awaiting, may_answer};
 use toolgate_crds::{ApprovalDecision, CallPhase};
 
 use crate::runtime::{Runtime, call_of};
@@ -21,16 +21,11 @@ impl Runtime {
         comment: &str,
     ) -> Result<CallRecord, ApiError> {
         let rec = self.get(caller, id)?;
-        if caller.name() != rec.spec.principal && !caller.approves_in(&rec.namespace) {
-            return Err(ApiError::PermissionDenied {
-                code: "not-an-approver",
-                message: format!(
-                    "{} may not approve or deny calls in namespace {}",
-                    caller.name(),
-                    rec.namespace
-                ),
-            });
-        }
+        may_answer(
+            caller.name(),
+            &call_of(&rec),
+            caller.approves_in(&rec.namespace),
+        )?;
         let loaded = self.loaded();
         let request = ApprovalRequest {
             approver: caller.name(),
@@ -42,29 +37,19 @@ impl Runtime {
         let rec = self
             .transition(id, |rec| {
                 let dry_runs = self.dry_runs_for(&loaded, rec)?;
-                let earlier = self.snapshot(&loaded, rec, &rec.approvals, &[], &dry_runs)?;
-                let spec = issue(&earlier, &call_of(rec), &request)?;
+                let session = self.session_approvals(rec)?;
+                let earlier = self.snapshot(&loaded, rec, &rec.approvals, &session, &dry_runs)?;
+                let name = approval_name(&rec.id, rec.approvals.len());
+                let spec = approve(&earlier, &call_of(rec), &request, &name)?;
                 let mut approvals = rec.approvals.clone();
                 approvals.push(ApprovalRecord {
-                    name: approval_name(&rec.id, approvals.len()),
+                    name,
                     spec,
                     consumed: false,
                 });
-                let snap = self.snapshot(&loaded, rec, &approvals, &[], &dry_runs)?;
+                let snap = self.snapshot(&loaded, rec, &approvals, &session, &dry_runs)?;
                 let mut status = rec.status.clone();
                 let steps = awaiting(&snap, &call_of(rec), &mut status);
-                if steps.is_empty() {
-                    let why = snap
-                        .decide(&call_of(rec))
-                        .reasons
-                        .last()
-                        .map(|r| r.message.clone())
-                        .unwrap_or_default();
-                    return Err(ApiError::FailedPrecondition {
-                        code: "approval-not-binding",
-                        message: format!("the approval does not authorize the call: {why}"),
-                    });
-                }
                 rec.status = status;
                 rec.approvals = approvals;
                 Ok(steps)

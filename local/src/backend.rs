@@ -51,23 +51,13 @@ impl Runtime {
         principal: &Principal,
         req: &pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
-        self.view_within(namespace, principal, req, None)
-    }
-
-    fn view_within(
-        &self,
-        namespace: &str,
-        principal: &Principal,
-        req: &pb::GetToolViewRequest,
-        only: Option<&[String]>,
-    ) -> Result<pb::ToolView, ApiError> {
         toolgate_api::convert::tool_view(
             &self.loaded().policies,
             &self.usage(namespace, jiff::Timestamp::now())?,
             namespace,
             principal,
             req,
-            only,
+            None,
         )
     }
 }
@@ -80,18 +70,18 @@ impl Backend for Runtime {
         req: pb::GetToolViewRequest,
     ) -> Result<pb::ToolView, ApiError> {
         let ns = toolgate_api::request::namespace_of(caller, &req.namespace)?;
-        let Some(d) = &caller.delegation else {
-            return self.view_for(&ns, &caller.principal, &req);
+        let parent = match &caller.delegation {
+            Some(d) => self.store().get(&d.parent_call).map_err(internal)?,
+            None => None,
         };
-        // A subagent sees what its delegator may call, narrowed to what its delegation allows.
-        let allowed = self
-            .store()
-            .get(&d.parent_call)
-            .map_err(internal)?
-            .and_then(|parent| self.subagent_of(&self.loaded(), &parent))
-            .map(|s| s.allowed_tools)
-            .unwrap_or_default();
-        self.view_within(&ns, &caller.grantee(), &req, Some(&allowed))
+        toolgate_api::convert::caller_view(
+            &self.loaded().policies,
+            &self.usage(&ns, jiff::Timestamp::now())?,
+            &ns,
+            caller,
+            &req,
+            parent.as_ref().map(|p| p.spec.tool_ref.name.as_str()),
+        )
     }
 
     async fn delegation_token(
@@ -263,8 +253,10 @@ impl Backend for Runtime {
             &toolgate_api::convert::explanation_view_request(&rec.namespace, &rec.spec),
         )?;
         let loaded = self.loaded();
+        let session = self.session_approvals(&rec)?;
+        let snapshot = self.snapshot(&loaded, &rec, &rec.approvals, &session, &[])?;
         let sandbox = toolgate_core::lifecycle::sandbox_view(
-            &self.snapshot(&loaded, &rec, &rec.approvals, &[], &[])?,
+            &snapshot,
             &call,
             serde_json::json!({
                 "runtime": "local",
@@ -276,24 +268,17 @@ impl Backend for Runtime {
                 },
             }),
         );
+        let (approval, approver) = toolgate_api::convert::approvals_line(
+            &toolgate_core::lifecycle::explained_approvals(&snapshot, &call),
+        );
         Ok(toolgate_api::convert::explanation(
             call_message(&rec),
             &rec.status,
             toolgate_api::convert::Trace {
                 view: Some(view),
                 events: events.iter().map(event_message).collect(),
-                approval: rec
-                    .approvals
-                    .iter()
-                    .map(|a| a.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                approver: rec
-                    .approvals
-                    .iter()
-                    .map(|a| a.spec.approver.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                approval,
+                approver,
                 sandbox,
                 children: self.children(&rec)?.into_iter().map(|c| c.id).collect(),
             },

@@ -2,10 +2,10 @@
 //! has its sandbox killed, and the run records the cancellation when the sandbox is gone.
 
 use toolgate_api::{ApiError, Caller};
-use toolgate_core::lifecycle::{cancellation, cancelled, may_cancel};
+use toolgate_core::lifecycle::{cancellation, cancelled, may_answer, may_cancel};
 use toolgate_crds::CallPhase;
 
-use crate::runtime::{Runtime, lock};
+use crate::runtime::{Runtime, call_of, lock};
 use crate::store::CallRecord;
 
 impl Runtime {
@@ -17,6 +17,11 @@ impl Runtime {
         reason: &str,
     ) -> Result<CallRecord, ApiError> {
         let rec = self.get(caller, id)?;
+        may_answer(
+            caller.name(),
+            &call_of(&rec),
+            caller.approves_in(&rec.namespace),
+        )?;
         may_cancel(&rec.id, &rec.status)?;
         let who = cancellation(caller.name(), reason);
         // A running delegation has no sandbox to kill: it ends here (its token with it).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use toolgate_api::{ApiError, Authenticator, Caller};
-use toolgate_core::delegation::{self, Child, Report, Scope};
+use toolgate_core::delegation::{self, Child, Scope};
 use toolgate_crds::{CallPhase, SubagentSpec};
 use toolgate_proto::v1 as pb;
 
@@ -146,27 +146,7 @@ impl Runtime {
         caller: &Caller,
         req: pb::CompleteDelegationRequest,
     ) -> Result<CallRecord, ApiError> {
-        let Some(d) = &caller.delegation else {
-            return Err(ApiError::PermissionDenied {
-                code: "not-a-subagent",
-                message: "only a subagent acting with its delegation token ends a delegation"
-                    .into(),
-            });
-        };
-        let result = if req.result_json.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&req.result_json)
-                    .map_err(|e| ApiError::field("result_json", format!("expected JSON: {e}")))?,
-            )
-        };
-        let report = Report {
-            summary: req.summary,
-            result,
-            failed: req.failed,
-            tokens_used: (req.tokens_used > 0).then_some(req.tokens_used),
-        };
+        let (d, report) = toolgate_api::request::delegation_report(caller, req)?;
         let loaded = self.loaded();
         let parent = self.stored(&d.parent_call)?;
         let children = self.child_views(&parent)?;

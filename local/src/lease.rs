@@ -1,18 +1,15 @@
 //! Revoking the leases a call holds once it ended (the core says when: [`lease_to_revoke`]):
-//! retried with backoff until the broker answers, each new failure recorded as
+//! retried with the core's backoff until the broker answers, each new failure recorded as
 //! `CredentialsRevoked=False` with its reason, never dropped. A lease stays in the call's record
 //! until it is revoked, so a restart picks up what a crash left.
 
-use std::time::Duration;
-
-use toolgate_core::lifecycle::{lease_to_revoke, revocation};
+use toolgate_core::lifecycle::{
+    MAX_REVOCATION_WAIT, lease_to_revoke, revocation, revocation_failed,
+};
 
 use crate::broker::Lease;
 use crate::runtime::Runtime;
 use crate::store::CallRecord;
-
-/// The longest wait between two attempts to revoke a lease.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Revoke the leases of a call that ended.
 pub(crate) fn revoke_held(rt: &Runtime, rec: &CallRecord) {
@@ -35,8 +32,6 @@ fn revoke_if(rt: &Runtime, rec: &CallRecord, after_restart: bool) {
 
 fn spawn_revoke(rt: Runtime, id: String, lease: Lease) {
     tokio::spawn(async move {
-        let mut delay = Duration::from_millis(500);
-        let mut reported: Option<String> = None;
         loop {
             match rt.inner.config.broker.revoke(&lease).await {
                 Ok(()) => {
@@ -54,19 +49,24 @@ fn spawn_revoke(rt: Runtime, id: String, lease: Lease) {
                 Err(e) => {
                     let why = e.to_string();
                     tracing::warn!(call = %id, binding = %lease.binding, error = %why, "revoking a lease failed; retrying");
-                    if reported.as_deref() != Some(why.as_str()) {
-                        let recorded = rt
-                            .transition(&id, |_| {
-                                Ok(revocation(&lease.binding, Err((e.reason(), why.clone()))))
-                            })
-                            .await;
-                        if let Err(e) = recorded {
-                            tracing::error!(call = %id, error = %e, "recording a failed revocation");
-                        }
-                        reported = Some(why);
+                    let mut wait = MAX_REVOCATION_WAIT;
+                    let recorded = rt
+                        .transition(&id, |rec| {
+                            let (steps, after) = revocation_failed(
+                                &rec.status,
+                                &lease.binding,
+                                e.reason(),
+                                why.clone(),
+                                jiff::Timestamp::now(),
+                            );
+                            wait = after;
+                            Ok(steps)
+                        })
+                        .await;
+                    if let Err(e) = recorded {
+                        tracing::error!(call = %id, error = %e, "recording a failed revocation");
                     }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

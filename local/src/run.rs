@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use toolgate_api::ApiError;
-use toolgate_core::lifecycle::{Step, cancelled, finished_steps, no_result, plan_run, start_steps};
+use toolgate_core::lifecycle::{
+    Start, Step, cancelled, finished_steps, no_result, plan_run, start_steps,
+};
 use toolgate_core::redact::Redactor;
 use toolgate_crds::conditions::reason;
 use toolgate_crds::{CallPhase, CallResult};
@@ -226,30 +228,22 @@ fn start(
     let dry_runs = rt.dry_runs_for(&loaded, rec)?;
     let snap = rt.snapshot(&loaded, rec, &own, &session, &dry_runs)?;
     let mut status = rec.status.clone();
-    // A delegation runs nowhere: it opens, and its subagent acts with its token.
-    if rt.subagent_of(&loaded, rec).is_some() {
-        let started =
-            match toolgate_core::lifecycle::start_delegation(&snap, &call_of(rec), &mut status) {
-                Ok(s) => s,
-                Err(steps) => {
-                    rec.status = status;
-                    return Ok(steps);
-                }
-            };
-        rec.status = status;
-        rec.attempts += 1;
-        for a in rec
-            .approvals
-            .iter_mut()
-            .filter(|a| started.consumes.contains(&a.name.as_str()))
-        {
-            a.consumed = true;
+    // Decided again inside the transaction: what the broker was asked for may be stale. A
+    // delegation runs nowhere: it opens, and its subagent acts with its token.
+    let run = match toolgate_core::lifecycle::start(&snap, &call_of(rec), &mut status) {
+        Ok(Start::Run(run)) => run,
+        Ok(Start::Delegation(started)) => {
+            rec.status = status;
+            rec.attempts += 1;
+            for a in rec
+                .approvals
+                .iter_mut()
+                .filter(|a| started.consumes.contains(&a.name.as_str()))
+            {
+                a.consumed = true;
+            }
+            return Ok(started.steps);
         }
-        return Ok(started.steps);
-    }
-    // Decided again inside the transaction: what the broker was asked for may be stale.
-    let run = match plan_run(&snap, &call_of(rec), &mut status) {
-        Ok(run) => run,
         Err(steps) => {
             rec.status = status;
             return Ok(steps);

@@ -15,8 +15,7 @@ use toolgate_core::approval::DryRunEntry;
 use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
 use toolgate_core::lifecycle::{
-    BudgetMove, Call, Snapshot, Step, apply, budget_move, charge_or_refuse, give_back, is_terminal,
-    phase_name,
+    Call, Snapshot, Step, apply, budget_move, is_terminal, phase_name, settle,
 };
 use toolgate_core::lint::Linter;
 use toolgate_core::registry::GrantUsages;
@@ -370,11 +369,9 @@ impl Runtime {
         steps: &mut Vec<Step>,
         pending: Option<(String, ToolGrantStatus)>,
     ) -> Result<Option<(String, ToolGrantStatus)>, ApiError> {
-        let now = Timestamp::now();
-        let (grant, charging) = match budget_move(&rec.status, steps) {
-            BudgetMove::Nothing => return Ok(pending),
-            BudgetMove::Charge(g) => (g, true),
-            BudgetMove::Refund(g) => (g, false),
+        let movement = budget_move(&rec.status, steps);
+        let Some(grant) = movement.grant().map(str::to_string) else {
+            return Ok(pending);
         };
         let key = ledger_key(&rec.namespace, &grant);
         // A ledger changed earlier in the same transaction is the one to change again.
@@ -388,26 +385,29 @@ impl Runtime {
             }
             None => self.inner.store.ledger(&key).map_err(internal)?,
         };
-        if charging {
-            let loaded = self.loaded();
-            let budget = loaded
-                .policies
-                .registry
-                .grants()
-                .find(|g| g.namespace == rec.namespace && g.name == grant)
-                .and_then(|g| g.spec.budget.clone());
-            charge_or_refuse(
-                steps,
-                &mut rec.status,
-                &grant,
-                budget.as_ref(),
-                &mut ledger,
-                &rec.id,
-                now,
-            );
-        } else {
-            give_back(&mut rec.status, &mut ledger, &rec.id, now);
-        }
+        let loaded = self.loaded();
+        let budget = loaded
+            .policies
+            .registry
+            .grants()
+            .find(|g| g.namespace == rec.namespace && g.name == grant)
+            .and_then(|g| g.spec.budget.clone());
+        let (spec, current) = (rec.spec.clone(), rec.status.clone());
+        let call = Call {
+            namespace: &rec.namespace,
+            name: &rec.id,
+            spec: &spec,
+            status: &current,
+        };
+        settle(
+            &movement,
+            &call,
+            steps,
+            &mut rec.status,
+            budget.as_ref(),
+            &mut ledger,
+            Timestamp::now(),
+        );
         Ok(Some((key, ledger)))
     }
 }

@@ -16,7 +16,7 @@ use support::{authorized as req, have_cluster, ok, prepare, root, token_of};
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
-use toolgate_testkit::fixtures::{STANDARD_TOOLS, grant, standard_tools};
+use toolgate_testkit::fixtures::{STANDARD_TOOLS, Tool, grant, standard_tools};
 
 const LOCAL_AGENT: &str = "scenario-agent-0123456789abcdef";
 const LOCAL_REVIEWER: &str = "scenario-reviewer-0123456789abcdef";
@@ -46,6 +46,15 @@ fn manifests(ns: &str) -> String {
     .collect();
     docs.extend(standard_tools().iter().map(|t| t.yaml("team-a")));
     docs.push(grant("team-a", "scenario-tools", &STANDARD_TOOLS));
+    // An L5 tool that asks for a dry run as its second confirmation.
+    docs.push(
+        Tool::test("test.purge")
+            .destructive("dry_run")
+            .approval("always")
+            .summary("Purge after approval and a dry run.")
+            .yaml("team-a"),
+    );
+    docs.push(grant("team-a", "scenario-purge", &["test.purge"]));
     docs.join("\n---\n")
         .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
         .replace(
@@ -225,6 +234,33 @@ async fn waiting(b: &mut Backend, id: &str) -> pb::Call {
     support::wait_call(&mut b.client, &b.agent, id, &["AwaitingApproval"]).await
 }
 
+/// Until the call says its approval bound it and it waits for its second confirmation (the
+/// runtime has seen the approval).
+async fn confirmation_awaited(b: &mut Backend, id: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let c = b
+            .client
+            .get_call(req(&b.agent, pb::GetCallRequest { id: id.into() }))
+            .await
+            .expect("get")
+            .into_inner();
+        if c.conditions
+            .iter()
+            .any(|k| k.reason == "AwaitingConfirmation")
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: {id} never awaited its confirmation: {:#?}",
+            b.name,
+            c.conditions
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Every scenario on one backend: its steps by name, and what else must agree.
 async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
     let mut out = BTreeMap::new();
@@ -323,6 +359,75 @@ async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
         .expect("dry run")
         .into_inner();
     out.insert("dry-run-without-support", steps(b, &call.id).await);
+    ids.push(call.id);
+
+    // An approval that would change nothing is refused on both runtimes: an L5 call approved
+    // once waits for its dry run, which a second approval cannot stand in for.
+    let call = propose(b, "test.purge", r#"{"msg": "purge"}"#).await;
+    let shown = waiting(b, &call.id).await;
+    let approval = pb::ApproveCallRequest {
+        id: shown.id.clone(),
+        args_digest: shown.args_digest.clone(),
+        tool_digest: shown.tool_digest.clone(),
+        ttl_seconds: 300,
+        ..Default::default()
+    };
+    b.client
+        .approve_call(req(&b.reviewer, approval.clone()))
+        .await
+        .expect("the first approval binds");
+    confirmation_awaited(b, &call.id).await;
+    let e = b
+        .client
+        .approve_call(req(&b.reviewer, approval))
+        .await
+        .expect_err("a second approval changes nothing");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e).0,
+        "approval-not-binding",
+        "{}: {e}",
+        b.name
+    );
+    assert!(e.message().contains("dry-run-required"), "{}: {e}", b.name);
+    b.client
+        .deny_call(req(
+            &b.reviewer,
+            pb::DenyCallRequest {
+                id: call.id.clone(),
+                comment: "no dry run came".into(),
+            },
+        ))
+        .await
+        .expect("denied");
+    // Its conditions as they ended (WatchCall on the embedded runtime also tells the replaced
+    // AwaitingConfirmation step; the conditions are the same on both).
+    let ended = support::wait_call(&mut b.client, &b.agent, &call.id, &["Denied"]).await;
+    out.insert(
+        "l5-approved-then-denied",
+        ended
+            .conditions
+            .iter()
+            .map(|k| (k.r#type.clone(), k.status.clone(), k.reason.clone()))
+            .collect(),
+    );
+    // ExplainCall names every approval the call was given, in order, on both runtimes.
+    let x = b
+        .client
+        .explain_call(req(
+            &b.reviewer,
+            pb::ExplainCallRequest {
+                id: call.id.clone(),
+            },
+        ))
+        .await
+        .expect("explain")
+        .into_inner();
+    assert_eq!(x.approval.split(", ").count(), 2, "{}: {x:?}", b.name);
+    assert_eq!(
+        x.approver, "alice@example.com, alice@example.com",
+        "{}",
+        b.name
+    );
     ids.push(call.id);
 
     // Explain says the same things: the sandbox policy, the approver, a view.

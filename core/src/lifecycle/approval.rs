@@ -125,6 +125,81 @@ pub fn issue(
     })
 }
 
+/// Whether `caller` may answer for a call (approve, deny or cancel it): its proposer, or an
+/// approver of its namespace. Who approves where is the runtime's to know (its tokens file, or
+/// RBAC on ToolApprovals); what follows from it is decided here.
+pub fn may_answer(
+    caller: &str,
+    call: &Call<'_>,
+    approver_in_namespace: bool,
+) -> Result<(), Refusal> {
+    if caller == call.spec.principal || approver_in_namespace {
+        return Ok(());
+    }
+    Err(Refusal::PermissionDenied {
+        code: "not-an-approver",
+        message: format!(
+            "{caller} may not approve, deny or cancel call {}: only its proposer and the approvers of namespace {} may",
+            call.name, call.namespace
+        ),
+    })
+}
+
+/// The approval `request` makes, named `name`, when it binds the call: [`issue`]d, then refused
+/// as `approval-not-binding` when the call, decided with it, waits for exactly what it waited
+/// for without it (an L5 call that needs a dry run, approved again). An approval that changes
+/// nothing is not stored: the approver is told what the call still waits for.
+pub fn approve(
+    before: &Snapshot<'_>,
+    call: &Call<'_>,
+    request: &ApprovalRequest<'_>,
+    name: &str,
+) -> Result<ToolApprovalSpec, Refusal> {
+    let spec = issue(before, call, request)?;
+    let after = before.with_approval(crate::decision::ApprovalEntry {
+        name,
+        spec: &spec,
+        consumed: false,
+    });
+    let (was, is) = (before.decide(call), after.decide(call));
+    if is.outcome == DecisionOutcome::RequireApproval && is.codes() == was.codes() {
+        let why = is
+            .reasons
+            .last()
+            .map(|r| format!("{} ({})", r.message, r.code))
+            .unwrap_or_default();
+        return Err(Refusal::FailedPrecondition {
+            code: "approval-not-binding",
+            message: format!(
+                "the approval would not change what call {} waits for: {why}",
+                call.name
+            ),
+        });
+    }
+    Ok(spec)
+}
+
+/// The approvals ExplainCall names for a call: its own, in the order they were given (a denial
+/// and an L5 call's two approvers included), and the session approval that authorized it when
+/// that was another call's. Each with its approver.
+pub fn explained_approvals<'s>(
+    snapshot: &Snapshot<'s>,
+    call: &Call<'_>,
+) -> Vec<(&'s str, &'s str)> {
+    let binding = call
+        .status
+        .authorization
+        .as_ref()
+        .and_then(|a| a.approval_ref.as_ref())
+        .map(|r| r.name.as_str());
+    snapshot
+        .approvals
+        .iter()
+        .filter(|a| a.spec.call_ref.name == call.name || Some(a.name) == binding)
+        .map(|a| (a.name, a.spec.approver.as_str()))
+        .collect()
+}
+
 /// An L5 call approved once and waiting for a second approver cannot be approved again by the
 /// first: the decision's own reasons say whether it waits for one.
 fn second_approver_is_another(

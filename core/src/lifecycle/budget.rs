@@ -49,10 +49,43 @@ pub fn budget_move(status: &ToolCallStatus, steps: &[Step]) -> BudgetMove {
     }
 }
 
-/// Charge `grant` for the call `call_key` (its id locally, `namespace/name` on a cluster): the
-/// status records the charge, or — budget exhausted — the authorizing step is replaced by the
-/// refusal, which says which limit and when it frees up.
-pub fn charge_or_refuse(
+impl BudgetMove {
+    /// The grant whose ledger the move changes.
+    pub fn grant(&self) -> Option<&str> {
+        match self {
+            BudgetMove::Charge(g) | BudgetMove::Refund(g) => Some(g),
+            BudgetMove::Nothing => None,
+        }
+    }
+}
+
+/// Apply a budget move to its grant's ledger (`budget`: the grant's limits): a charge, or —
+/// budget exhausted — the authorizing step replaced by the refusal; or the unit given back. The
+/// ledger names a call `namespace/name` on both runtimes. The runtime reads the ledger before
+/// and writes it with the call's steps.
+pub fn settle(
+    movement: &BudgetMove,
+    call: &super::Call<'_>,
+    steps: &mut Vec<Step>,
+    status: &mut ToolCallStatus,
+    budget: Option<&Budget>,
+    ledger: &mut ToolGrantStatus,
+    now: Timestamp,
+) {
+    let key = format!("{}/{}", call.namespace, call.name);
+    match movement {
+        BudgetMove::Charge(grant) => {
+            charge_or_refuse(steps, status, grant, budget, ledger, &key, now)
+        }
+        BudgetMove::Refund(_) => give_back(status, ledger, &key, now),
+        BudgetMove::Nothing => {}
+    }
+}
+
+/// Charge `grant` for the call `call_key`: the status records the charge, or — budget
+/// exhausted — the authorizing step is replaced by the refusal, which says which limit and when
+/// it frees up.
+fn charge_or_refuse(
     steps: &mut Vec<Step>,
     status: &mut ToolCallStatus,
     grant: &str,
@@ -91,7 +124,7 @@ pub fn charge_or_refuse(
 }
 
 /// Give the call's unit back to `grant` and forget the charge.
-pub fn give_back(
+fn give_back(
     status: &mut ToolCallStatus,
     ledger: &mut ToolGrantStatus,
     call_key: &str,

@@ -212,3 +212,64 @@ pub fn revocation(binding: &str, outcome: Result<(), (&'static str, String)>) ->
         ),
     }]
 }
+
+/// The longest wait between two attempts to revoke a lease.
+pub const MAX_REVOCATION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A failed attempt to revoke the lease of `binding`, as the call records it, and when to try
+/// again: the step (none when the call already says exactly this), and a wait as long as the
+/// failure has lasted (from CredentialsRevoked=False's transition: 1 s, 2 s, 4 s, … up to
+/// [`MAX_REVOCATION_WAIT`]). Read from the status alone, so a restarted runtime picks up the same
+/// backoff.
+pub fn revocation_failed(
+    status: &ToolCallStatus,
+    binding: &str,
+    broker_reason: &'static str,
+    why: String,
+    now: jiff::Timestamp,
+) -> (Vec<Step>, std::time::Duration) {
+    let previous = status.conditions.iter().find(|c| {
+        c.type_ == CREDENTIALS_REVOKED && c.status == toolgate_crds::ConditionStatus::False
+    });
+    let wait = previous
+        .and_then(|c| now.duration_since(c.last_transition_time.0).try_into().ok())
+        .unwrap_or(std::time::Duration::ZERO)
+        .clamp(std::time::Duration::from_secs(1), MAX_REVOCATION_WAIT);
+    let mut steps = revocation(binding, Err((broker_reason, why)));
+    if previous.map(|c| &c.message) == steps.first().map(|s| &s.message) {
+        steps.clear();
+    }
+    (steps, wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_revocation_is_said_once_and_waits_as_long_as_it_has_lasted() {
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let mut status = ToolCallStatus::default();
+        let (steps, wait) =
+            revocation_failed(&status, "b", "BrokerUnavailable", "sealed".into(), t0);
+        assert_eq!(steps.len(), 1);
+        assert_eq!(wait, std::time::Duration::from_secs(1));
+        crate::lifecycle::apply(&mut status, &steps[0], t0, 1);
+        let later = t0 + jiff::SignedDuration::from_secs(8);
+        let (steps, wait) =
+            revocation_failed(&status, "b", "BrokerUnavailable", "sealed".into(), later);
+        assert!(steps.is_empty(), "the same failure is not recorded twice");
+        assert_eq!(wait, std::time::Duration::from_secs(8));
+        let (steps, _) = revocation_failed(&status, "b", "BrokerForbidden", "denied".into(), later);
+        assert_eq!(steps.len(), 1, "a new failure is recorded");
+        let much_later = t0 + jiff::SignedDuration::from_secs(3600);
+        let (_, wait) = revocation_failed(
+            &status,
+            "b",
+            "BrokerUnavailable",
+            "sealed".into(),
+            much_later,
+        );
+        assert_eq!(wait, MAX_REVOCATION_WAIT);
+    }
+}

@@ -24,18 +24,19 @@ mod snapshot;
 mod step;
 
 pub use approval::{
-    ApprovalRequest, DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, approval_states, awaiting, issue,
+    ApprovalRequest, DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, approval_states, approve, awaiting,
+    explained_approvals, issue, may_answer,
 };
-pub use budget::{BudgetMove, budget_move, charge_or_refuse, give_back};
+pub use budget::{BudgetMove, budget_move, settle};
 pub use explain::sandbox_view;
 pub use finish::{
-    cancellation, cancelled, finished_steps, interrupted, lease_to_revoke, may_cancel, no_result,
-    revocation,
+    MAX_REVOCATION_WAIT, cancellation, cancelled, finished_steps, interrupted, lease_to_revoke,
+    may_cancel, no_result, revocation, revocation_failed,
 };
 pub use propose::{decision_steps, may_propose_in, propose, requested, same_proposal, unplaceable};
 pub use run::{
-    Credential, DelegationStart, Run, RunTarget, adapter_name, plan_run, recheck_steps, run_target,
-    start_delegation, start_steps,
+    Credential, DelegationStart, Run, RunTarget, Start, adapter_name, plan_run, recheck_steps,
+    run_target, start, start_delegation, start_steps,
 };
 pub use snapshot::{Call, Policies, Snapshot};
 pub use step::{PHASES, Step, apply, camel, is_terminal, phase_name, reasons_text};

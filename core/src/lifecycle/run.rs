@@ -151,6 +151,32 @@ pub struct Run<'a> {
     pub consumes: Vec<&'a str>,
 }
 
+/// How an authorized call starts: a delegation opens (no sandbox), anything else runs.
+#[derive(Debug)]
+pub enum Start<'a> {
+    /// A call of a subagent tool: [`start_delegation`].
+    Delegation(DelegationStart<'a>),
+    /// Any other call: [`plan_run`], for the runtime to place.
+    Run(Run<'a>),
+}
+
+/// Start an authorized call: decided again, then opened as a delegation when its tool is a
+/// subagent's, or planned to run. `Err`: the steps that end it.
+pub fn start<'a>(
+    snapshot: &Snapshot<'a>,
+    call: &Call<'_>,
+    status: &mut ToolCallStatus,
+) -> Result<Start<'a>, Vec<Step>> {
+    let delegation = snapshot
+        .tool(call)
+        .is_some_and(|t| crate::delegation::subagent_of(&t.spec).is_some());
+    if delegation {
+        start_delegation(snapshot, call, status).map(Start::Delegation)
+    } else {
+        plan_run(snapshot, call, status).map(Start::Run)
+    }
+}
+
 /// Plan the run of an authorized call: decide again (the approval must still bind, the tool must
 /// not have changed), then find its target. On refusal, the steps that end the call; the status
 /// keeps the decision taken now.

@@ -218,6 +218,26 @@ impl<'a> Snapshot<'a> {
         }
     }
 
+    /// The same moment with one more approval (one being issued): a fresh snapshot, decided
+    /// anew.
+    pub fn with_approval<'b>(&self, entry: ApprovalEntry<'b>) -> Snapshot<'b>
+    where
+        'a: 'b,
+    {
+        let mut approvals: Vec<ApprovalEntry<'b>> = self.approvals.clone();
+        approvals.push(entry);
+        Snapshot {
+            registry: self.registry,
+            objects: self.objects,
+            approvals,
+            dry_runs: self.dry_runs.clone(),
+            now: self.now,
+            usage: self.usage.clone(),
+            delegation: self.delegation.clone(),
+            decision: OnceLock::new(),
+        }
+    }
+
     /// The approval an entry names, by name.
     pub fn approval(&self, name: &str) -> Option<&ApprovalEntry<'a>> {
         self.approvals.iter().find(|a| a.name == name)

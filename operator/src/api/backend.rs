@@ -12,21 +12,12 @@ use toolgate_api::{ApiError, Backend, BoxStream, Caller};
 use toolgate_core::lifecycle::{
     ApprovalRequest, cancellation, may_cancel, phase_name, same_proposal, sandbox_view,
 };
-use toolgate_crds::{ApprovalDecision, ToolCall, ToolCallStatus};
+use toolgate_crds::{ApprovalDecision, ToolCall};
 use toolgate_proto::v1 as pb;
 
 use super::{KubeBackend, events_of, internal, message};
 use crate::call::CANCEL_ANNOTATION;
 use crate::policies::call_of;
-
-/// The approval that bound the call, by name.
-fn approval_of(status: &ToolCallStatus) -> Option<String> {
-    status
-        .authorization
-        .as_ref()
-        .and_then(|a| a.approval_ref.as_ref())
-        .map(|r| r.name.clone())
-}
 
 #[tonic::async_trait]
 impl Backend for KubeBackend {
@@ -38,33 +29,21 @@ impl Backend for KubeBackend {
         let ns = namespace_of(caller, &req.namespace)?;
         self.in_scope(&ns)?;
         let cluster = self.cache.namespace(&ns, "");
-        let Some(d) = &caller.delegation else {
-            return tool_view(
-                &cluster.policies,
-                &cluster.usage,
-                &ns,
-                &caller.principal,
-                &req,
-                None,
-            );
+        // A subagent's view follows its parent call's tool, read from the API server.
+        let parent = match &caller.delegation {
+            Some(d) => Api::<ToolCall>::namespaced(self.client.clone(), &ns)
+                .get_opt(&d.parent_call)
+                .await
+                .map_err(internal)?,
+            None => None,
         };
-        // A subagent sees what its delegator may call, narrowed to what its delegation allows.
-        let parent = Api::<ToolCall>::namespaced(self.client.clone(), &ns)
-            .get_opt(&d.parent_call)
-            .await
-            .map_err(internal)?;
-        let allowed = parent
-            .and_then(|p| crate::delegation::subagent_of(&self.cache, &ns, &p))
-            .map(|s| s.allowed_tools)
-            .unwrap_or_default();
-        let delegator = caller.grantee();
-        tool_view(
+        toolgate_api::convert::caller_view(
             &cluster.policies,
             &cluster.usage,
             &ns,
-            &delegator,
+            caller,
             &req,
-            Some(&allowed),
+            parent.as_ref().map(|p| p.spec.tool_ref.name.as_str()),
         )
     }
 
@@ -248,13 +227,7 @@ impl Backend for KubeBackend {
     ) -> Result<pb::Call, ApiError> {
         let call = self.visible(caller, &req.id).await?;
         let ns = call.namespace().unwrap_or_default();
-        if call.spec.principal != caller.name()
-            && !self.may(caller, "create", "toolapprovals", &ns).await
-        {
-            return Err(ApiError::NotFound {
-                what: format!("call {:?}", req.id),
-            });
-        }
+        self.may_answer(caller, &call).await?;
         may_cancel(&req.id, &call.status.clone().unwrap_or_default())?;
         let patch = serde_json::json!({"metadata": {"annotations": {CANCEL_ANNOTATION: cancellation(caller.name(), &req.reason)}}});
         let patched = Api::<ToolCall>::namespaced(self.client.clone(), &ns)
@@ -330,10 +303,9 @@ impl Backend for KubeBackend {
                 "pod": status.runtime.as_ref().and_then(|r| r.pod_name.clone()),
             }),
         );
-        let approver = approval_of(&status)
-            .and_then(|a| snapshot.approval(&a).map(|e| e.spec.approver.clone()))
-            .unwrap_or_default();
-        let approval = approval_of(&status).unwrap_or_default();
+        let (approval, approver) = toolgate_api::convert::approvals_line(
+            &toolgate_core::lifecycle::explained_approvals(&snapshot, &lifecycle_call),
+        );
         Ok(toolgate_api::convert::explanation(
             message(&call),
             &status,
@@ -363,28 +335,8 @@ impl Backend for KubeBackend {
         caller: &Caller,
         req: pb::CompleteDelegationRequest,
     ) -> Result<pb::Call, ApiError> {
-        let Some(d) = &caller.delegation else {
-            return Err(ApiError::PermissionDenied {
-                code: "not-a-subagent",
-                message: "only a subagent acting with its delegation token ends a delegation"
-                    .into(),
-            });
-        };
+        let (d, report) = toolgate_api::request::delegation_report(caller, req)?;
         let ns = namespace_of(caller, "")?;
-        let result = if req.result_json.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&req.result_json)
-                    .map_err(|e| ApiError::field("result_json", format!("expected JSON: {e}")))?,
-            )
-        };
-        let report = toolgate_core::delegation::Report {
-            summary: req.summary,
-            result,
-            failed: req.failed,
-            tokens_used: (req.tokens_used > 0).then_some(req.tokens_used),
-        };
         let parent =
             crate::delegation::report(&self.client, &self.cache, &ns, &d.parent_call, report)
                 .await?;

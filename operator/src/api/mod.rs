@@ -14,7 +14,7 @@ use toolgate_api::convert::{call_message, chain_position};
 use toolgate_api::request::new_call_name;
 use toolgate_api::{ApiError, Authenticator, Caller};
 use toolgate_core::exec::ArtifactTarget;
-use toolgate_core::lifecycle::{ApprovalRequest, is_terminal, issue, phase_name};
+use toolgate_core::lifecycle::{ApprovalRequest, approve, is_terminal, may_answer, phase_name};
 use toolgate_core::principal::Principal;
 use toolgate_crds::{ToolApproval, ToolCall, ToolCallStatus};
 use toolgate_proto::v1 as pb;
@@ -193,8 +193,24 @@ impl KubeBackend {
         }
     }
 
+    /// Whether `caller` may answer for `call` (approve, deny, cancel): the core decides from
+    /// whether RBAC lets the caller create ToolApprovals in its namespace.
+    pub(crate) async fn may_answer(
+        &self,
+        caller: &Caller,
+        call: &ToolCall,
+    ) -> Result<(), ApiError> {
+        let ns = call.namespace().unwrap_or_default();
+        let name = call.name_any();
+        let status = call.status.clone().unwrap_or_default();
+        let approver = self.may(caller, "create", "toolapprovals", &ns).await;
+        may_answer(caller.name(), &call_of(call, &name, &ns, &status), approver)?;
+        Ok(())
+    }
+
     /// Approve or deny a call: the core issues the contract bound to what the approver was
-    /// shown; RBAC says whether the caller may approve in the namespace at all.
+    /// shown, decided with it as the ToolCall controller will decide (and refused when it would
+    /// change nothing); RBAC says whether the caller may approve in the namespace at all.
     pub(crate) async fn approval(
         &self,
         caller: &Caller,
@@ -202,31 +218,28 @@ impl KubeBackend {
         request: ApprovalRequest<'_>,
     ) -> Result<pb::Call, ApiError> {
         let call = self.visible(caller, id).await?;
+        self.may_answer(caller, &call).await?;
         let ns = call.namespace().unwrap_or_default();
-        if caller.name() != call.spec.principal
-            && !self.may(caller, "create", "toolapprovals", &ns).await
-        {
-            return Err(ApiError::PermissionDenied {
-                code: "not-an-approver",
-                message: format!(
-                    "{} may not approve or deny calls in namespace {ns}",
-                    caller.name()
-                ),
-            });
-        }
         let name = call.name_any();
         let status = call.status.clone().unwrap_or_default();
+        let this = call_of(&call, &name, &ns, &status);
         let cluster = self.cache.namespace(&ns, &name);
-        let spec = issue(
-            &cluster.snapshot(),
-            &call_of(&call, &name, &ns, &status),
-            &request,
-        )?;
+        let inputs = crate::policies::CallInputs::read(
+            &self.client,
+            &self.cache,
+            &ns,
+            &call,
+            &this,
+            &cluster.policies,
+        )
+        .await
+        .map_err(internal)?;
         let approval_name = format!(
             "{}-{}",
             name.chars().take(40).collect::<String>(),
             &new_call_name(jiff::Timestamp::now())[5..]
         );
+        let spec = approve(&inputs.snapshot(&cluster), &this, &request, &approval_name)?;
         Api::<ToolApproval>::namespaced(self.client.clone(), &ns)
             .create(
                 &PostParams::default(),

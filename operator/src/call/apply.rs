@@ -9,9 +9,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
-use toolgate_core::lifecycle::{
-    Credential, RunTarget, Snapshot, Step, cannot_run, plan_run, start_steps,
-};
+use toolgate_core::lifecycle::{Credential, Run, RunTarget, Step, cannot_run, start_steps};
 use toolgate_crds::conditions::{SANDBOX_PREPARED, reason};
 use toolgate_crds::{CallPhase, ToolCall, ToolCallStatus};
 
@@ -19,25 +17,16 @@ use super::plan::{self, Children};
 use super::{Context, Error, kube_error};
 use crate::build::{self, Owner};
 use crate::descriptor::FIELD_MANAGER;
-use crate::policies::call_of;
 
-/// Start an authorized call: its pod, NetworkPolicy, spec and credential.
+/// Start an authorized call the core planned: its pod, NetworkPolicy, spec and credential.
 pub(super) async fn start(
     call: &ToolCall,
     ctx: &Context,
     ns: &str,
-    snapshot: &Snapshot<'_>,
+    run: Run<'_>,
     mut status: ToolCallStatus,
 ) -> Result<Action, Error> {
     let name = call.name_any();
-    let current = status.clone();
-    let run = match plan_run(snapshot, &call_of(call, &name, ns, &current), &mut status) {
-        Ok(run) => run,
-        Err(steps) => {
-            ctx.record(call, &mut status, &steps).await?;
-            return Ok(Action::await_change());
-        }
-    };
     let uid = call.metadata.uid.clone().unwrap_or_default();
     let owner = Owner {
         kind: "ToolCall",

@@ -7,41 +7,30 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use toolgate_core::delegation::{ending, expires_at};
-use toolgate_core::lifecycle::{Snapshot, start_delegation};
+use toolgate_core::lifecycle::DelegationStart;
 use toolgate_crds::{SubagentSpec, ToolCall, ToolCallStatus};
 
 use super::{Context, Error, kube_error};
 use crate::delegation::{child_views, children, reported};
-use crate::policies::call_of;
 
 /// The longest a running delegation waits between two looks at itself (its report's annotation
 /// wakes it sooner).
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
 
-/// Open an authorized delegation.
+/// Open an authorized delegation the core started.
 pub(super) async fn start(
     call: &ToolCall,
     ctx: &Context,
     ns: &str,
-    snapshot: &Snapshot<'_>,
+    started: DelegationStart<'_>,
     mut status: ToolCallStatus,
 ) -> Result<Action, Error> {
-    let name = call.name_any();
-    let current = status.clone();
-    match start_delegation(snapshot, &call_of(call, &name, ns, &current), &mut status) {
-        Err(steps) => {
-            ctx.record(call, &mut status, &steps).await?;
-            Ok(Action::await_change())
-        }
-        Ok(started) => {
-            for approval in &started.consumes {
-                super::cleanup::consume_approval(ctx, ns, approval).await;
-            }
-            let timeout = Duration::from_millis(started.subagent.budget.timeout_ms);
-            ctx.record(call, &mut status, &started.steps).await?;
-            Ok(Action::requeue(timeout.min(LOOK_AGAIN)))
-        }
+    for approval in &started.consumes {
+        super::cleanup::consume_approval(ctx, ns, approval).await;
     }
+    let timeout = Duration::from_millis(started.subagent.budget.timeout_ms);
+    ctx.record(call, &mut status, &started.steps).await?;
+    Ok(Action::requeue(timeout.min(LOOK_AGAIN)))
 }
 
 /// A running delegation: ended by its subagent's report, or by its time.

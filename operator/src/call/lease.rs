@@ -8,16 +8,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
-use toolgate_core::lifecycle::{lease_to_revoke, revocation};
-use toolgate_crds::conditions::CREDENTIALS_REVOKED;
-use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus};
+use toolgate_core::lifecycle::{lease_to_revoke, revocation, revocation_failed};
+use toolgate_crds::{ToolCall, ToolCallStatus};
 
 use super::cleanup::delete_if_present;
 use super::{Context, Error, kube_error};
 use crate::build;
-
-/// The longest wait between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Revoke the call's lease, if it holds one and the core says it is time (`deleting`: its
 /// ToolCall is being deleted). `None` when nothing is held any more; otherwise when to try again.
@@ -66,22 +62,14 @@ pub(super) async fn revoke(
         Err(e) => {
             let why = e.to_string();
             tracing::warn!(call = %call.name_any(), binding = %lease.binding, error = %why, "revoking a lease failed; retrying");
-            let previous = status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == CREDENTIALS_REVOKED && c.status == ConditionStatus::False);
-            // Each wait is as long as the failure has lasted: 1 s, 2 s, 4 s, … up to a minute.
-            let delay = previous
-                .and_then(|c| {
-                    jiff::Timestamp::now()
-                        .duration_since(c.last_transition_time.0)
-                        .try_into()
-                        .ok()
-                })
-                .unwrap_or(Duration::ZERO)
-                .clamp(Duration::from_secs(1), MAX_BACKOFF);
-            let steps = revocation(&lease.binding, Err((e.reason(), why)));
-            if previous.map(|c| &c.message) != steps.first().map(|s| &s.message) {
+            let (steps, delay) = revocation_failed(
+                &status,
+                &lease.binding,
+                e.reason(),
+                why,
+                jiff::Timestamp::now(),
+            );
+            if !steps.is_empty() {
                 ctx.record(call, &mut status, &steps).await?;
             }
             Ok(Some(delay))

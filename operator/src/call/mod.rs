@@ -36,7 +36,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use toolgate_broker::CredentialBroker;
 use toolgate_core::exec::ArtifactTarget;
-use toolgate_core::lifecycle::{awaiting, cancelled, is_terminal, propose};
+use toolgate_core::lifecycle::{Start, awaiting, cancelled, is_terminal, propose, start};
 use toolgate_crds::{CallPhase, ToolCall};
 
 use crate::build;
@@ -240,19 +240,6 @@ async fn reconcile_guarded(
 const DRY_RUN_POLL: Duration = Duration::from_secs(5);
 
 /// The dry-run evidence the core reads from succeeded dry-run calls.
-fn dry_runs_of(calls: &[ToolCall]) -> Vec<toolgate_core::approval::DryRunEntry<'_>> {
-    calls
-        .iter()
-        .filter_map(|c| {
-            toolgate_core::approval::DryRunEntry::of(
-                c.metadata.name.as_deref()?,
-                &c.spec,
-                c.status.as_ref()?,
-            )
-        })
-        .collect()
-}
-
 /// Move a call one step along its chain.
 async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Error> {
     let name = call.name_any();
@@ -274,30 +261,23 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
     let cached = ctx.cache.namespace(ns, &name);
     let fresh;
     let this = call_of(call, &name, ns, &status);
-    // The dry runs that may confirm an L5 call, read when its tool asks for one.
-    let dry_runs = if cached.policies.wants_dry_runs(&this) {
-        crate::policies::dry_runs(&ctx.client, ns, &call.spec.tool_ref.name)
-            .await
-            .map_err(kube_error("listing the tool's dry runs"))?
-    } else {
-        Vec::new()
-    };
-    // A subagent's call is decided within its delegation, as the parent stands now.
-    let scope = crate::delegation::scope(&ctx.client, &ctx.cache, ns, call)
-        .await
-        .map_err(kube_error("reading the call's delegation"))?;
-    let mut snap = cached
-        .snapshot()
-        .with_dry_runs(dry_runs_of(&dry_runs))
-        .with_delegation(scope.clone());
+    // The dry runs that may confirm an L5 call and a subagent's delegation, as the API reads them.
+    let inputs = crate::policies::CallInputs::read(
+        &ctx.client,
+        &ctx.cache,
+        ns,
+        call,
+        &this,
+        &cached.policies,
+    )
+    .await
+    .map_err(kube_error("reading the call's dry runs and delegation"))?;
+    let mut snap = inputs.snapshot(&cached);
     if dereference::would_end(&snap, &this) {
         fresh = crate::policies::dereference(&ctx.client, ns, &name)
             .await
             .map_err(kube_error("listing the namespace's policy objects"))?;
-        snap = fresh
-            .snapshot()
-            .with_dry_runs(dry_runs_of(&dry_runs))
-            .with_delegation(scope);
+        snap = inputs.snapshot(&fresh);
     }
     let subagent = snap
         .tool(&this)
@@ -341,10 +321,19 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
             ctx.record(call, &mut status, &steps).await?;
             Ok(Action::requeue(Duration::from_millis(100)))
         }
-        Some(CallPhase::Authorized) if subagent.is_some() => {
-            delegation::start(call, ctx, ns, &snap, status).await
+        Some(CallPhase::Authorized) => {
+            let current = status.clone();
+            match start(&snap, &call_of(call, &name, ns, &current), &mut status) {
+                Ok(Start::Delegation(started)) => {
+                    delegation::start(call, ctx, ns, started, status).await
+                }
+                Ok(Start::Run(run)) => apply::start(call, ctx, ns, run, status).await,
+                Err(steps) => {
+                    ctx.record(call, &mut status, &steps).await?;
+                    Ok(Action::await_change())
+                }
+            }
         }
-        Some(CallPhase::Authorized) => apply::start(call, ctx, ns, &snap, status).await,
         Some(CallPhase::Running) => match &subagent {
             Some(s) => delegation::observe(call, ctx, ns, status, s).await,
             None => observe::observe(call, ctx, ns, status).await,

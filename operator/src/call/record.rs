@@ -6,12 +6,13 @@ use std::sync::Arc;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use toolgate_core::lifecycle::{BudgetMove, Step, apply, budget_move, charge_or_refuse, give_back};
+use toolgate_core::lifecycle::{Step, apply, budget_move, settle};
 use toolgate_crds::conditions::POLICY_CHECKED;
 use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus, ToolGrant};
 
 use super::{Context, Error, kube_error};
 use crate::descriptor::FIELD_MANAGER;
+use crate::policies::call_of;
 
 /// Reads and writes of a grant's ledger before a charge gives up (each conflict is another
 /// replica or call charging at the same moment).
@@ -103,15 +104,14 @@ impl Context {
         status: &mut ToolCallStatus,
         steps: &mut Vec<Step>,
     ) -> Result<(), Error> {
-        let (grant, charging) = match budget_move(status, steps) {
-            BudgetMove::Nothing => return Ok(()),
-            BudgetMove::Charge(g) => (g, true),
-            BudgetMove::Refund(g) => (g, false),
+        let movement = budget_move(status, steps);
+        let Some(grant) = movement.grant().map(str::to_string) else {
+            return Ok(());
         };
         let ns = call
             .namespace()
             .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
-        let key = format!("{ns}/{}", call.name_any());
+        let name = call.name_any();
         let api = Api::<ToolGrant>::namespaced(self.client.clone(), &ns);
         for attempt in 0..BUDGET_ATTEMPTS {
             // The cached grant first (usually current: no request but the write); after a
@@ -138,20 +138,16 @@ impl Context {
             let before = g.status.clone().unwrap_or_default();
             let mut ledger = before.clone();
             let (mut next_steps, mut next_status) = (steps.clone(), status.clone());
-            let now = jiff::Timestamp::now();
-            if charging {
-                charge_or_refuse(
-                    &mut next_steps,
-                    &mut next_status,
-                    &grant,
-                    g.spec.budget.as_ref(),
-                    &mut ledger,
-                    &key,
-                    now,
-                );
-            } else {
-                give_back(&mut next_status, &mut ledger, &key, now);
-            }
+            let current = next_status.clone();
+            settle(
+                &movement,
+                &call_of(call, &name, &ns, &current),
+                &mut next_steps,
+                &mut next_status,
+                g.spec.budget.as_ref(),
+                &mut ledger,
+                jiff::Timestamp::now(),
+            );
             if ledger != before {
                 let patch = serde_json::json!({
                     "metadata": {"resourceVersion": g.metadata.resource_version},
