@@ -61,8 +61,9 @@ impl Runtime {
         let session = self.session_approvals(&rec)?;
         let config = &self.inner.config;
         let mut status = rec.status.clone();
+        // One snapshot for the proposal and, when it starts at once, its start: decided once.
+        let snap = self.snapshot(&loaded, &rec, &[], &session, &[])?;
         let steps = {
-            let snap = self.snapshot(&loaded, &rec, &[], &session, &[])?;
             let call = Call {
                 namespace: &rec.namespace,
                 name: &rec.id,
@@ -79,7 +80,7 @@ impl Runtime {
         let mut recorded = Recorded::default();
         self.record(&mut rec, &steps, &mut recorded)?;
         // An authorized call that needs nothing asked first starts in this same write.
-        let started = crate::run::start_with_proposal(self, &mut rec)?;
+        let started = crate::run::start_with_proposal(self, &mut rec, &snap)?;
         let placed = match started {
             Some(at_once) => {
                 self.record(&mut rec, &at_once.steps, &mut recorded)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use toolgate_api::ApiError;
 use toolgate_core::lifecycle::{
-    Start, Step, cancelled, finished_steps, no_result, plan_run, start_steps,
+    Snapshot, Start, Step, cancelled, finished_steps, no_result, start_steps,
 };
 use toolgate_core::redact::Redactor;
 use toolgate_crds::conditions::reason;
@@ -82,25 +82,29 @@ pub(crate) fn prepare(rt: &Runtime, rec: &CallRecord) -> Result<Prepared, ApiErr
             base: None,
         });
     }
-    with_snapshot(rt, rec, |snap, status| {
-        plan_run(snap, &call_of(rec), status).ok().map_or(
-            Prepared {
-                wanted: None,
-                base: None,
-            },
-            |run| {
-                let base = rt.subagent_of(&rt.loaded(), rec).is_none().then(|| {
-                    crate::place::sandbox_plan(&rt.inner.config, &rt.loaded().hidden, &run.target)
-                        .ok()
-                        .map(|(plan, _)| plan)
-                });
-                Prepared {
-                    wanted: crate::place::wanted(&run.target),
-                    base: base.flatten(),
-                }
-            },
-        )
-    })
+    with_snapshot(rt, rec, |snap, status| prepare_with(rt, rec, snap, status))
+}
+
+/// [`prepare`] with the snapshot the call is decided with.
+fn prepare_with(
+    rt: &Runtime,
+    rec: &CallRecord,
+    snap: &Snapshot<'_>,
+    status: &mut toolgate_crds::ToolCallStatus,
+) -> Prepared {
+    match toolgate_core::lifecycle::start(snap, &call_of(rec), status) {
+        Ok(Start::Run(run)) => Prepared {
+            wanted: crate::place::wanted(&run.target),
+            base: crate::place::sandbox_plan(&rt.inner.config, &rt.loaded().hidden, &run.target)
+                .ok()
+                .map(|(plan, _)| plan),
+        },
+        // A delegation runs nowhere; a call that will not start needs nothing.
+        Ok(Start::Delegation(_)) | Err(_) => Prepared {
+            wanted: None,
+            base: None,
+        },
+    }
 }
 
 /// Start a call the proposal authorized in the proposal's own write, when nothing has to be
@@ -111,8 +115,12 @@ pub(crate) fn prepare(rt: &Runtime, rec: &CallRecord) -> Result<Prepared, ApiErr
 pub(crate) fn start_with_proposal(
     rt: &Runtime,
     rec: &mut CallRecord,
+    proposed: &Snapshot<'_>,
 ) -> Result<Option<StartedAtOnce>, ApiError> {
-    let Prepared { wanted, base } = prepare(rt, rec)?;
+    if rec.status.phase != Some(CallPhase::Authorized) {
+        return Ok(None);
+    }
+    let Prepared { wanted, base } = prepare_with(rt, rec, proposed, &mut rec.status.clone());
     if wanted.is_some() {
         return Ok(None);
     }
@@ -120,7 +128,7 @@ pub(crate) fn start_with_proposal(
         return Ok(None);
     };
     let mut placed = None;
-    let steps = start(rt, rec, Some(slot), None, &mut placed)?;
+    let steps = start_with(rt, rec, proposed, Some(slot), None, &mut placed)?;
     Ok(Some(StartedAtOnce { steps, placed }))
 }
 
@@ -227,10 +235,23 @@ fn start(
     let own = rec.approvals.clone();
     let dry_runs = rt.dry_runs_for(&loaded, rec)?;
     let snap = rt.snapshot(&loaded, rec, &own, &session, &dry_runs)?;
+    start_with(rt, rec, &snap, slot, issued, placed)
+}
+
+/// [`start`] with the snapshot the call is decided with (the proposal's, when it starts in the
+/// proposal's write: decided once).
+fn start_with(
+    rt: &Runtime,
+    rec: &mut CallRecord,
+    snap: &Snapshot<'_>,
+    slot: Option<crate::slot::Slot>,
+    issued: Option<crate::place::Issue>,
+    placed: &mut Option<Placed>,
+) -> Result<Vec<Step>, ApiError> {
     let mut status = rec.status.clone();
     // Decided again inside the transaction: what the broker was asked for may be stale. A
     // delegation runs nowhere: it opens, and its subagent acts with its token.
-    let run = match toolgate_core::lifecycle::start(&snap, &call_of(rec), &mut status) {
+    let run = match toolgate_core::lifecycle::start(snap, &call_of(rec), &mut status) {
         Ok(Start::Run(run)) => run,
         Ok(Start::Delegation(started)) => {
             rec.status = status;
@@ -254,7 +275,7 @@ fn start(
         &run.target,
         &rt.inner.config,
         rt.inner.pool.spares(),
-        &loaded.hidden,
+        &rt.loaded().hidden,
         slot,
         issued,
     ) {
@@ -301,7 +322,7 @@ fn start(
 fn with_snapshot<T>(
     rt: &Runtime,
     rec: &CallRecord,
-    f: impl FnOnce(&toolgate_core::lifecycle::Snapshot<'_>, &mut toolgate_crds::ToolCallStatus) -> T,
+    f: impl FnOnce(&Snapshot<'_>, &mut toolgate_crds::ToolCallStatus) -> T,
 ) -> Result<T, ApiError> {
     let loaded = rt.loaded();
     let session = rt.session_approvals(rec)?;
