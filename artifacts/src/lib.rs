@@ -1,7 +1,6 @@
 //! Artifact stores: an S3-compatible bucket or a local directory, behind `object_store`. The
 //! executor writes a call's full output here; the operator's agent API reads it back, so both
 //! link this crate and neither the other.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 

@@ -4,7 +4,6 @@
 //! Two brokers: the file broker (a local secrets file, readable only by its owner: the embedded
 //! default) and the Vault broker ([`vault`]: KV v2 and leased dynamic secrets, revoked when the
 //! call ends).
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -357,8 +357,10 @@ fn cpu_of(pid: u32) -> Duration {
         .take(4)
         .map(|v| v.parse::<u64>().expect("clock ticks"))
         .sum();
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
     Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 

@@ -4,7 +4,6 @@
 //! and help, the version, and any command line these commands do not parse — is run by the
 //! `toolgate-full` binary beside this one, in this process's place (exec: same process id, same
 //! arguments, its output and exit code), so `toolgate` behaves as one command.
-#![forbid(unsafe_code)]
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;

@@ -1,7 +1,6 @@
 //! `toolgate-full`: every command of the command line. The `toolgate` binary runs the API's
 //! client commands itself and this one, in its place, for the rest (see `client_main.rs`); run
 //! directly (`cargo run -p toolgate`), it does everything, the client commands too.
-#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -4,6 +4,11 @@
 //! each beside the plain alternative, with p50/p99 from a timed loop after criterion's figures.
 //! Run: `cargo bench -p toolgate-core`.
 
+#![allow(
+    unsafe_code,
+    reason = "a global allocator that counts allocations is unsafe to implement"
+)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};

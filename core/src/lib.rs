@@ -1,7 +1,6 @@
 //! toolgate's pure core: manifest lint, args validation, risk, digests. No Kubernetes client,
 //! no async runtime, no I/O: every function here is a plain value-in, value-out function that the
 //! operator, the embedded runtime and the command line share.
-#![forbid(unsafe_code)]
 
 pub mod approval;
 pub mod args;

@@ -3,7 +3,6 @@
 //! Spec and status types are plain serde + schemars types, so the pure core uses them without
 //! any Kubernetes dependency. With the `kube` feature the nine kinds get their `CustomResource`
 //! wrappers and [`all_crds`] generates the CustomResourceDefinitions the API server enforces.
-#![forbid(unsafe_code)]
 #![allow(
     clippy::duplicated_attributes,
     reason = "each kube printcolumn(...) inside cfg_attr repeats `type_ = \"string\"`, which clippy mistakes for a duplicated attribute"

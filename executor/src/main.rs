@@ -1,5 +1,4 @@
 //! `toolgate-executor --spec FILE [--credentials DIR] [--result FILE]`
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -1,7 +1,6 @@
 //! `toolgate-operator [--context NAME] (--artifacts-bucket B | --artifacts-dir D) …`: runs the
 //! toolgate controllers against the cluster of the current kubeconfig (or the in-cluster service
 //! account).
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -1,6 +1,5 @@
 //! The `toolgate.v1` gRPC API: messages, the client and the server trait, generated at build time
 //! from `proto/toolgate/v1/toolgate.proto` (the only source; nothing generated is committed).
-#![forbid(unsafe_code)]
 #![allow(
     clippy::doc_markdown,
     clippy::large_enum_variant,

@@ -77,7 +77,7 @@ impl ChildSetup {
     /// # Safety
     /// Only in a child that is about to exec (after fork, or in [`start_piped`]'s clone).
     pub(crate) unsafe fn apply(&self) -> Result<(), Failed> {
-        // SAFETY (whole block): system calls on plain values prepared before the child started.
+        // SAFETY: system calls on plain values prepared before the child started (the whole block).
         unsafe {
             // The sandbox dies with the runtime that started it, even by SIGKILL, from the first
             // instruction on (bubblewrap's own --die-with-parent is set only once it runs); a
