@@ -60,6 +60,12 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// A failure of the runtime's own (a store, the API server), for `map_err`: the caller is told
+/// it is internal; the words stay in the server's log and status.
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
 impl ApiError {
     /// An invalid field.
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {

@@ -13,6 +13,6 @@ pub mod trace;
 pub mod validate;
 
 pub use auth::{Authenticator, Caller, TokenFile};
-pub use error::ApiError;
+pub use error::{ApiError, internal};
 pub use service::{Backend, BoxStream, serve};
 pub use tls::TlsFiles;

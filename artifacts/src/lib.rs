@@ -7,7 +7,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
-use toolgate_core::exec::ArtifactTarget;
+use toolgate_contract::exec::ArtifactTarget;
 
 /// The store could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -18,6 +18,7 @@ mod mcp_cmd;
 mod mcp_http;
 mod mcp_serve;
 mod policy_cmds;
+mod recorded;
 mod reference;
 
 /// toolgate: governed, auditable, isolated actions for AI agents.
@@ -365,7 +366,10 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Test { dir, output, now }) => {
             gitops::policy_test(&dir, output, now.as_deref())
         }
-        Command::Mcp(McpCommand::Serve(args)) => mcp_serve::run(&cli.conn, args),
+        Command::Mcp(McpCommand::Serve(args)) => match args.listen {
+            Some(listen) => mcp_http::run(&cli.conn, args, listen),
+            None => mcp_serve::run_stdio(&cli.conn, args),
+        },
         Command::Import {
             file,
             url_base,

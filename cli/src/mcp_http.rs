@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -19,18 +19,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use toolgate_proto::v1 as pb;
 
-use crate::mcp_serve::{Gateway, ServeArgs};
+use crate::mcp_serve::{Gateway, ServeArgs, bearer};
 use toolgate_client::{Client, Conn};
 
 /// How long a token the API accepted is trusted without asking again.
 const TOKEN_TTL: Duration = Duration::from_secs(30);
-
-/// The bearer token of a request, if it sends one.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let token = value.strip_prefix("Bearer ")?.trim();
-    (!token.is_empty()).then(|| token.to_string())
-}
 
 /// Tokens the API accepted lately (by hash; never the token itself).
 struct Verifier {

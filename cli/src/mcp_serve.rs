@@ -72,12 +72,9 @@ pub(crate) struct Gateway {
     entries: tokio::sync::Mutex<HashMap<String, Entry>>,
 }
 
-/// Serve MCP over stdin/stdout, or streamable HTTP with `--listen`, until the client goes (or a
-/// signal comes).
-pub fn run(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    if let Some(listen) = args.listen {
-        return crate::mcp_http::run(conn, args, listen);
-    }
+/// Serve MCP over stdin/stdout until the client goes (or a signal comes); `--listen` serves
+/// streamable HTTP instead ([`crate::mcp_http::run`]).
+pub fn run_stdio(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -94,6 +91,16 @@ pub fn run(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("serving MCP: {e}"))?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The bearer token of a request, if it sends one.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let token = value.strip_prefix("Bearer ")?.trim();
+    (!token.is_empty()).then(|| token.to_string())
 }
 
 fn text(t: impl Into<String>) -> ContentBlock {
@@ -123,7 +130,7 @@ impl Gateway {
         let token = context
             .extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|p| crate::mcp_http::bearer(&p.headers))
+            .and_then(|p| bearer(&p.headers))
             .unwrap_or_default();
         self.base.with_token(&token)
     }

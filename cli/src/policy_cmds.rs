@@ -426,7 +426,7 @@ pub fn diff(
     let rules = rule_changes(&registries[0], &registries[1]);
     let replayed = match replay {
         Some(path) => {
-            let calls = crate::gitops::recorded_calls(path)?;
+            let calls = crate::recorded::recorded_calls(path)?;
             Some((
                 calls.len(),
                 toolgate_core::policy_diff::replay(&registries[0], &registries[1], &calls),

@@ -32,7 +32,7 @@ use serde_json::{Map, Value, json};
 use toolgate_crds::{ActionType, CallTarget, PolicyMode, ToolPolicySpec};
 
 use crate::principal::Principal;
-use crate::registry::RegisteredTool;
+use crate::registered::RegisteredTool;
 
 /// A problem with a ToolPolicy, where in its `spec.policies` text it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -195,7 +195,7 @@ pub struct CallUnderReview<'a> {
     pub tool_policies: Option<&'a ToolPolicies>,
     /// The delegation a subagent's call belongs to, as the runtime found it (`None` for a call
     /// that is not a subagent's, or whose delegation is gone: then it is denied).
-    pub delegation: Option<&'a crate::delegation::Scope>,
+    pub delegation: Option<&'a crate::subagent::Scope>,
 }
 
 /// An approval with whether it was already used.

@@ -165,7 +165,7 @@ pub fn imported_servers(
                         "name": t.name,
                         "namespace": namespace,
                         "labels": {crate::mcp::SERVER_LABEL: server},
-                        "annotations": {crate::lint::poisoning::REVIEWED_ANNOTATION: digest},
+                        "annotations": {crate::findings::poisoning::REVIEWED_ANNOTATION: digest},
                     },
                     "spec": t.spec,
                 }),

@@ -2,6 +2,8 @@
 //! no async runtime, no I/O: every function here is a plain value-in, value-out function that the
 //! operator, the embedded runtime and the command line share.
 
+pub use toolgate_contract::{redact, secrets, template, text};
+
 pub mod approval;
 pub mod args;
 pub mod budget;
@@ -11,6 +13,7 @@ pub mod delegation;
 pub mod digest;
 pub mod eval;
 pub mod exec;
+pub mod findings;
 pub mod import;
 pub mod lifecycle;
 pub mod lint;
@@ -21,11 +24,9 @@ pub mod policy_diff;
 pub mod policy_test;
 pub mod principal;
 pub mod rank;
-pub mod redact;
+pub mod registered;
 pub mod registry;
 pub mod risk;
-pub mod secrets;
 pub mod skill;
-pub mod template;
-pub mod text;
+pub mod subagent;
 pub mod view;

@@ -32,8 +32,10 @@ use toolgate_crds::{
 /// {toolgate.dev/mcp-server: github}}`), however many there are.
 pub const SERVER_LABEL: &str = "toolgate.dev/mcp-server";
 
-/// The largest `tools/list` answer read (a server that sends more is refused, not parsed).
-pub const MAX_LIST_BYTES: usize = 16 << 20;
+pub use toolgate_contract::mcp_list::{
+    ListError, MAX_LIST_BYTES, parse_list, saved_server_version,
+};
+
 /// The largest description of one tool; a longer one is refused (a model would be fed it).
 pub const MAX_DESCRIPTION_BYTES: usize = 64 << 10;
 /// The largest input or output schema of one tool, serialized.
@@ -84,60 +86,6 @@ pub struct Normalized {
     pub name: String,
     /// The descriptor.
     pub spec: ToolDescriptorSpec,
-}
-
-/// Why a `tools/list` answer cannot be read at all.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ListError {
-    /// Too large.
-    #[error("the tools/list answer is {0} bytes; at most {MAX_LIST_BYTES} are read")]
-    TooLarge(usize),
-    /// Not JSON.
-    #[error("the tools/list answer is not JSON: {0}")]
-    NotJson(String),
-    /// JSON of another shape.
-    #[error(
-        "expected a tools/list result ({{\"tools\": [...]}}, a JSON-RPC response holding one, or a bare array), found {0}"
-    )]
-    Shape(&'static str),
-}
-
-/// The tools of a saved `tools/list` answer: `{"tools": [...]}`, a JSON-RPC response whose
-/// `result` is that, or a bare array.
-pub fn parse_list(text: &str) -> Result<Vec<Value>, ListError> {
-    if text.len() > MAX_LIST_BYTES {
-        return Err(ListError::TooLarge(text.len()));
-    }
-    let v: Value = serde_json::from_str(text).map_err(|e| ListError::NotJson(e.to_string()))?;
-    let v = match v {
-        Value::Object(mut m) if m.contains_key("result") && !m.contains_key("tools") => {
-            m.remove("result").unwrap_or(Value::Null)
-        }
-        other => other,
-    };
-    match v {
-        Value::Array(tools) => Ok(tools),
-        Value::Object(mut m) => match m.remove("tools") {
-            Some(Value::Array(tools)) => Ok(tools),
-            Some(_) => Err(ListError::Shape("a \"tools\" that is not an array")),
-            None => Err(ListError::Shape("an object without \"tools\"")),
-        },
-        _ => Err(ListError::Shape("neither an object nor an array")),
-    }
-}
-
-/// The server's version a saved answer carries beside its tools (`"serverInfo": {"version"}`,
-/// from the `initialize` answer), which the runtimes put in each descriptor's version: a
-/// reviewer's normalize then gives the digests discovery does.
-pub fn saved_server_version(text: &str) -> Option<String> {
-    if text.len() > MAX_LIST_BYTES {
-        return None;
-    }
-    let v: Value = serde_json::from_str(text).ok()?;
-    let info = v
-        .get("serverInfo")
-        .or_else(|| v.get("result")?.get("serverInfo"))?;
-    info.get("version")?.as_str().map(str::to_string)
 }
 
 /// The tools added, removed and changed between two listings, each tool a (name, fingerprint)
@@ -649,7 +597,7 @@ pub fn server_manifests(
                                               "labels": {SERVER_LABEL: server}});
         if enabled {
             metadata["annotations"] =
-                serde_json::json!({crate::lint::poisoning::REVIEWED_ANNOTATION: digest});
+                serde_json::json!({crate::findings::poisoning::REVIEWED_ANNOTATION: digest});
         }
         status.push(toolgate_crds::DiscoveredTool {
             tool,

@@ -6,65 +6,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use toolgate_crds::{
-    ActionType, Lifecycle, LintFinding, RiskTier, ToolDescriptorSpec, ToolGrantSpec,
-    ToolPolicySpec, TrustLevel,
+    ActionType, Lifecycle, LintFinding, ToolDescriptorSpec, ToolGrantSpec, ToolPolicySpec,
+    TrustLevel,
 };
 
 use crate::cedar::{Problem, ToolPolicies};
-use crate::lint::{Severity, descriptor_findings};
+use crate::findings::{Severity, descriptor_findings};
 use crate::manifest::{Object, ObjectSet, Spec};
 use crate::principal::{Principal, SubjectName, with_subject_name};
 use crate::{digest, risk};
 
-/// A descriptor after registration.
-#[derive(Debug, Clone)]
-pub struct RegisteredTool {
-    /// Namespace of the descriptor.
-    pub namespace: String,
-    /// Object name (what grants and calls use).
-    pub name: String,
-    /// Labels (grant selectors match them).
-    pub labels: BTreeMap<String, String>,
-    /// The spec.
-    pub spec: Arc<ToolDescriptorSpec>,
-    /// Registration lifecycle.
-    pub lifecycle: Lifecycle,
-    /// Content digest of the spec.
-    pub digest: String,
-    /// Computed tier.
-    pub tier: RiskTier,
-    /// Why the lifecycle is what it is.
-    pub findings: Vec<LintFinding>,
-    /// The compiled input schema, when it compiles.
-    pub input_validator: Option<Arc<jsonschema::Validator>>,
-    /// Words of the name, summary, use-when hints, parameters and domains, for ranking.
-    pub positive_terms: BTreeSet<String>,
-    /// The same words by field, counted ([`crate::rank`]).
-    pub text: crate::rank::ToolText,
-    /// How many args its input schema requires (a ranking tie-break).
-    pub required_args: usize,
-    /// Words of the do-not-use-when and negative hints, for ranking.
-    pub negative_terms: BTreeSet<String>,
-}
-
-impl RegisteredTool {
-    /// Whether calls may run: enabled or deprecated (still callable, ranked last).
-    pub fn is_callable(&self) -> bool {
-        matches!(self.lifecycle, Lifecycle::Enabled | Lifecycle::Deprecated)
-    }
-
-    /// Why a tool is held back for instruction-like text in what a model would see, if it is:
-    /// its first such finding, as `path: message`.
-    pub fn held_for_review(&self) -> Option<String> {
-        if self.is_callable() {
-            return None;
-        }
-        self.findings
-            .iter()
-            .find(|f| f.code == crate::lint::poisoning::CODE)
-            .map(|f| format!("{}: {}", f.path, f.message))
-    }
-}
+pub use crate::registered::RegisteredTool;
 
 /// Register a descriptor: lint it against the objects it refers to, decide its lifecycle and
 /// compute its digest.
@@ -74,7 +26,7 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
     let reviewed = obj
         .meta
         .annotations
-        .get(crate::lint::poisoning::REVIEWED_ANNOTATION)
+        .get(crate::findings::poisoning::REVIEWED_ANNOTATION)
         .is_some_and(|d| *d == digest);
     let lifecycle = lifecycle_of(spec, &findings, reviewed);
     let input_validator = jsonschema::options()
@@ -131,13 +83,13 @@ pub fn register(obj: &Object, spec: &ToolDescriptorSpec, set: &ObjectSet) -> Reg
 /// until then.
 pub fn lifecycle_of(
     spec: &ToolDescriptorSpec,
-    findings: &[crate::lint::Local],
+    findings: &[crate::findings::Local],
     reviewed: bool,
 ) -> Lifecycle {
     let poisoned = |severity: Severity| {
         findings
             .iter()
-            .any(|(s, _, c, _)| *s == severity && *c == crate::lint::poisoning::CODE)
+            .any(|(s, _, c, _)| *s == severity && *c == crate::findings::poisoning::CODE)
     };
     if spec.disabled {
         return Lifecycle::Disabled;

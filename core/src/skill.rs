@@ -256,7 +256,7 @@ pub fn load(
         ));
     }
     let instructions_digest = crate::digest::sha256(raw);
-    let flagged: Vec<&str> = crate::lint::poisoning::scan(text);
+    let flagged: Vec<&str> = crate::findings::poisoning::scan(text);
     let withheld = (!flagged.is_empty()
         && spec.instructions_reviewed.as_deref() != Some(instructions_digest.as_str()))
     .then(|| {
@@ -429,7 +429,7 @@ pub fn load(
         let mut metadata = serde_json::json!({"name": canonical, "namespace": namespace});
         if enabled {
             metadata["annotations"] =
-                serde_json::json!({crate::lint::poisoning::REVIEWED_ANNOTATION: digest});
+                serde_json::json!({crate::findings::poisoning::REVIEWED_ANNOTATION: digest});
         }
         tools.push(DiscoveredTool {
             tool: tool.name,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use serde_json::json;
-use toolgate_core::exec::ExecSpec;
+use toolgate_contract::exec::ExecSpec;
 use toolgate_executor::run::execute;
 
 fn spec(dir: &Path) -> ExecSpec {

@@ -5,7 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
-use toolgate_core::exec::ExecSpec;
+use toolgate_contract::exec::ExecSpec;
 use toolgate_crds::BuiltinOperation;
 
 /// Why a built-in operation was refused or failed. Reported as the tool's error, not the

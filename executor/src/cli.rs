@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use toolgate_core::exec::{ArtifactTarget, ExecSpec};
+use toolgate_contract::exec::{ArtifactTarget, ExecSpec};
 use toolgate_crds::{CallError, CallResult, ResultStatus};
 
 use crate::run::{ExecError, execute, load_credentials, load_spec};
@@ -157,7 +157,7 @@ pub fn main(args: &Args) -> ExitCode {
     }
     if args.wait_for_go {
         // What does not depend on the call is done before it comes.
-        toolgate_core::redact::Redactor::prepare();
+        toolgate_contract::redact::Redactor::prepare();
         if !wait_for_go() {
             return ExitCode::SUCCESS;
         }

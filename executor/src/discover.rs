@@ -107,9 +107,9 @@ pub async fn read_listed(
         .await
         .map_err(|e| format!("reading {}: {e}", artifact.uri))?;
     let text = String::from_utf8_lossy(&bytes);
-    let tools = toolgate_core::mcp::parse_list(&text).map_err(|e| e.to_string())?;
+    let tools = toolgate_contract::mcp_list::parse_list(&text).map_err(|e| e.to_string())?;
     Ok(Listed {
         tools,
-        version: toolgate_core::mcp::saved_server_version(&text),
+        version: toolgate_contract::mcp_list::saved_server_version(&text),
     })
 }

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use toolgate_core::exec::EgressGate;
+use toolgate_contract::exec::EgressGate;
 
 /// Longest single connection attempt: a policy that drops (rather than rejects) is in force
 /// when a connection to a listening address goes unanswered this long.

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolgate_core::exec::ExecSpec;
-use toolgate_core::redact::Redactor;
+use toolgate_contract::exec::ExecSpec;
+use toolgate_contract::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
 
 use crate::outcome::{Ended, assemble, failure, open_output, target};

@@ -10,6 +10,7 @@ pub mod egress_gate;
 pub mod http;
 mod mcp;
 pub mod outcome;
+mod process;
 pub mod render;
 pub mod result;
 pub mod run;

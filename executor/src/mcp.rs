@@ -16,15 +16,13 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
 use toolgate_artifacts::ArtifactStore;
-use toolgate_core::exec::ExecSpec;
-use toolgate_core::redact::Redactor;
+use toolgate_contract::exec::ExecSpec;
+use toolgate_contract::redact::Redactor;
 use toolgate_crds::{CallResult, ResultStatus};
 
 use crate::outcome::{Ended, assemble, failure, open_output, open_stderr};
-use crate::run::{Credential, ExecError, tool_process};
-
-/// How long the server's stderr may stay open after its process group was killed.
-const PIPE_GRACE: Duration = Duration::from_secs(2);
+use crate::process::{PIPE_GRACE, kill_group, pump, tool_process};
+use crate::spec::{Credential, ExecError};
 
 /// Why the exchange with the server ended without an answer.
 enum NoAnswer {
@@ -57,7 +55,7 @@ pub(crate) async fn run_mcp(
         traceparent: spec
             .env
             .set
-            .get(toolgate_core::exec::TRACEPARENT_ENV)
+            .get(toolgate_contract::exec::TRACEPARENT_ENV)
             .cloned(),
     };
     if let Some(url) = &mcp.url {
@@ -112,16 +110,14 @@ pub(crate) async fn run_mcp(
             Err(_) => Err(NoAnswer::TimedOut),
         };
         // Whatever the server left running goes with it.
-        crate::run::kill_group(pid);
+        kill_group(pid);
         answer
     };
     let read_err = async {
         match stderr {
-            Some(s) => {
-                tokio::time::timeout(timeout + PIPE_GRACE, crate::run::pump(s, &mut err, None))
-                    .await
-                    .unwrap_or(Ok(()))
-            }
+            Some(s) => tokio::time::timeout(timeout + PIPE_GRACE, pump(s, &mut err, None))
+                .await
+                .unwrap_or(Ok(())),
             None => Ok(()),
         }
     };
@@ -168,7 +164,7 @@ pub(crate) async fn run_discover(
     let pid = transport.id();
     let timeout = Duration::from_millis(spec.limits.timeout_ms);
     let listed = tokio::time::timeout(timeout, crate::discover::list_over(transport)).await;
-    crate::run::kill_group(pid);
+    kill_group(pid);
     let listed = match listed {
         Ok(Ok(l)) => l,
         Ok(Err(message)) => {

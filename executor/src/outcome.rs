@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use serde_json::Value;
-use toolgate_core::exec::ExecSpec;
-use toolgate_core::redact::Redactor;
+use toolgate_contract::exec::ExecSpec;
+use toolgate_contract::redact::Redactor;
 use toolgate_crds::{
     ArtifactKind, CallError, CallResult, CheckResult, ExecutionAdapter, OutputExposure,
     ResultStatus, Usage, Verifier, VerifierCheck, VerifierStatus,

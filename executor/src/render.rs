@@ -2,7 +2,7 @@
 //! one or, for an array arg, several arguments of `execve`; a value can never become a flag.
 
 use serde_json::Value;
-use toolgate_core::template::{Segment, TemplateError, parse};
+use toolgate_contract::template::{Segment, TemplateError, parse};
 
 /// A template that cannot be rendered from the args.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -273,7 +273,7 @@ pub fn render_url(template: &str, args: &Value) -> Result<String, RenderError> {
     })
 }
 
-pub use toolgate_core::text::percent_encode;
+pub use toolgate_contract::text::percent_encode;
 
 #[cfg(test)]
 mod tests {

@@ -1,14 +1,14 @@
 //! Keeping the result inside the 4 KiB termination message: the preview is cut first, then the
 //! structured output, then messages and effect lists; artifact references are never cut.
 
-use toolgate_core::exec::MAX_RESULT_BYTES;
+use toolgate_contract::exec::MAX_RESULT_BYTES;
 use toolgate_crds::CallResult;
 
 fn size(r: &CallResult) -> usize {
     serde_json::to_vec(r).map_or(usize::MAX, |v| v.len())
 }
 
-pub use toolgate_core::text::cut;
+pub use toolgate_contract::text::cut;
 
 /// Shrink a result until it serializes within [`MAX_RESULT_BYTES`].
 pub fn bound(mut r: CallResult) -> CallResult {

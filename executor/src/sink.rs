@@ -5,7 +5,7 @@
 use object_store::path::Path;
 use object_store::{Attribute, Attributes, PutMultipartOptions, WriteMultipart};
 use sha2::{Digest, Sha256};
-use toolgate_core::redact::{Redactor, StreamRedactor};
+use toolgate_contract::redact::{Redactor, StreamRedactor};
 use toolgate_crds::{ArtifactKind, ArtifactRef};
 
 use toolgate_artifacts::ArtifactStore;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use toolgate_core::exec::{EXEC_SPEC_VERSION, ExecSpec};
+use toolgate_contract::exec::{EXEC_SPEC_VERSION, ExecSpec};
 
 use crate::render::RenderError;
 use crate::sink::SinkError;
@@ -251,7 +251,7 @@ pub fn load_spec(path: &Path) -> Result<ExecSpec, ExecError> {
 /// A credential value, read from its file. Never printed.
 pub struct Credential {
     /// Where it goes.
-    pub file: toolgate_core::exec::CredentialFile,
+    pub file: toolgate_contract::exec::CredentialFile,
     /// The path of the file.
     pub path: PathBuf,
     /// The value.

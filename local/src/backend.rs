@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
-use toolgate_api::{ApiError, Backend, BoxStream, Caller};
+use toolgate_api::{ApiError, Backend, BoxStream, Caller, internal};
 use toolgate_core::lifecycle::{is_terminal, phase_name};
 use toolgate_core::principal::Principal;
 use toolgate_crds::ApprovalDecision;
@@ -10,10 +10,6 @@ use toolgate_proto::v1 as pb;
 
 use crate::runtime::Runtime;
 use crate::store::{CallRecord, EventRecord};
-
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
-}
 
 /// A record as the API returns it.
 pub fn call_message(rec: &CallRecord) -> pb::Call {

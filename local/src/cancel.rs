@@ -6,6 +6,7 @@ use toolgate_core::lifecycle::{cancellation, cancelled, may_answer, may_cancel};
 use toolgate_crds::CallPhase;
 
 use crate::runtime::{Runtime, call_of, lock};
+use crate::slot::kill_group;
 use crate::store::CallRecord;
 
 impl Runtime {
@@ -40,12 +41,4 @@ impl Runtime {
         })
         .await
     }
-}
-
-/// SIGKILL to a sandbox's whole process group.
-pub(crate) fn kill_group(pgid: i32) {
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pgid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
 }

@@ -8,6 +8,7 @@
 mod approve;
 pub mod backend;
 mod cancel;
+mod config;
 pub mod delegate;
 mod discover;
 mod lease;
@@ -19,6 +20,7 @@ pub mod runtime;
 mod slot;
 mod start;
 pub mod store;
+mod sync;
 
 pub use runtime::{Config, Runtime, StartError};
 pub use slot::{default_run_folder, run_folder_in};

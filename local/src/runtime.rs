@@ -3,13 +3,11 @@
 //! transition records is decided by `toolgate_core::lifecycle`; this crate persists and places it.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::broadcast;
+pub(crate) use toolgate_api::internal;
 use toolgate_api::{ApiError, Caller};
 use toolgate_core::approval::DryRunEntry;
 use toolgate_core::budget;
@@ -21,36 +19,10 @@ use toolgate_core::lint::Linter;
 use toolgate_core::registry::GrantUsages;
 use toolgate_crds::ToolGrantStatus;
 
-use crate::broker::CredentialBroker;
+pub use crate::config::Config;
 use crate::manifests::Loaded;
 use crate::store::{ApprovalRecord, CallRecord, EventRecord, Store, StoreError, ledger_key};
-
-/// How the embedded runtime is set up.
-pub struct Config {
-    /// Folder of manifests (tools, grants, sandbox policies, credential bindings).
-    pub manifests: PathBuf,
-    /// Data folder: the store, event logs, artifacts, per-call run folders.
-    pub data: PathBuf,
-    /// The workspace the sandbox policies' roots refer to.
-    pub workspace: PathBuf,
-    /// The executor command (program and leading arguments), run inside the sandbox.
-    pub executor: Vec<OsString>,
-    /// Where credentials come from.
-    pub broker: Arc<dyn CredentialBroker>,
-    /// How often the manifests folder is checked for changes.
-    pub reload_interval: Duration,
-    /// Where call spans go (nowhere by default).
-    pub tracer: toolgate_api::trace::CallTracer,
-    /// Sandboxes kept started ahead of demand per sandbox plan (each runs one call, then is
-    /// destroyed); 0 starts every sandbox when its call needs it.
-    pub warm_sandboxes: usize,
-    /// The host folder under which the sandboxes' run files go (each call's spec, credential
-    /// and result while its sandbox lives): in a folder of this runtime's own,
-    /// [`crate::slot::run_folder_in`], emptied when the runtime starts; nothing else in it is
-    /// touched. `None`: [`crate::slot::default_run_folder`] of the data folder, on a memory
-    /// filesystem.
-    pub runs: Option<PathBuf>,
-}
+pub(crate) use crate::sync::lock;
 
 /// Why the runtime did not start.
 #[derive(Debug, thiserror::Error)]
@@ -103,10 +75,6 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
 }
 
 impl Runtime {
@@ -429,13 +397,6 @@ impl Default for Recorded {
             events: Vec::new(),
             ledger: None,
         }
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

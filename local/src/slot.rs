@@ -19,8 +19,8 @@ use tokio::net::unix::pipe;
 use toolgate_crds::CallResult;
 use toolgate_sandbox::SandboxPlan;
 
-use crate::cancel::kill_group;
-use crate::runtime::{Config, lock};
+use crate::config::Config;
+use crate::sync::lock;
 
 /// Bytes of the executor's stderr kept for a failure message.
 const STDERR_KEPT: usize = 4096;
@@ -774,6 +774,14 @@ impl Pool {
 /// Where the executor writes a call's artifacts, inside: the runtime's artifact store.
 pub(crate) fn store_of(config: &Config) -> PathBuf {
     config.data.join("artifacts")
+}
+
+/// SIGKILL to a sandbox's whole process group.
+pub(crate) fn kill_group(pgid: i32) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 #[cfg(test)]

@@ -165,7 +165,7 @@ pub async fn issue(
     let issued_before = secrets
         .get_opt(&secret_name(&name))
         .await
-        .map_err(crate::api::internal)?
+        .map_err(toolgate_api::internal)?
         .is_some();
     let this = call_of(call, &name, ns, &status);
     delegation::may_issue(
@@ -212,7 +212,7 @@ pub async fn issue(
                 ),
             });
         }
-        Err(e) => return Err(crate::api::internal(e)),
+        Err(e) => return Err(toolgate_api::internal(e)),
     }
     let expires = delegation::expires_at(&status, subagent);
     Ok(toolgate_proto::v1::DelegationToken {
@@ -282,7 +282,7 @@ pub async fn report(
     let call = calls
         .get_opt(parent)
         .await
-        .map_err(crate::api::internal)?
+        .map_err(toolgate_api::internal)?
         .ok_or_else(|| ApiError::NotFound {
             what: format!("call {ns}/{parent}"),
         })?;
@@ -303,7 +303,7 @@ pub async fn report(
         })?;
     let kids = children(client, ns, parent)
         .await
-        .map_err(crate::api::internal)?;
+        .map_err(toolgate_api::internal)?;
     delegation::result_of(&tool.spec, report.clone(), &child_views(&kids), 0)?;
     let stored = serde_json::to_string(&StoredReport {
         summary: report.summary,
@@ -311,7 +311,7 @@ pub async fn report(
         failed: report.failed,
         tokens_used: report.tokens_used,
     })
-    .map_err(crate::api::internal)?;
+    .map_err(toolgate_api::internal)?;
     let patch = serde_json::json!({"stringData": {REPORT_KEY: stored}});
     Api::<Secret>::namespaced(client.clone(), ns)
         .patch(
@@ -320,7 +320,7 @@ pub async fn report(
             &kube::api::Patch::Merge(&patch),
         )
         .await
-        .map_err(crate::api::internal)?;
+        .map_err(toolgate_api::internal)?;
     let note = serde_json::json!({"metadata": {"annotations": {REPORTED_ANNOTATION: jiff::Timestamp::now().to_string()}}});
     calls
         .patch(
@@ -329,7 +329,7 @@ pub async fn report(
             &kube::api::Patch::Merge(&note),
         )
         .await
-        .map_err(crate::api::internal)
+        .map_err(toolgate_api::internal)
 }
 
 /// The subagent's report kept for a delegation, if it reported.

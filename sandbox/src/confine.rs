@@ -24,7 +24,7 @@ use landlock::{
 /// The newest Landlock ABI whose rights we handle; older kernels enforce what they know.
 const ABI_HANDLED: ABI = ABI::V5;
 
-pub use toolgate_core::exec::FsRules;
+pub use toolgate_contract::exec::FsRules;
 
 /// Programs, libraries, configuration and devices every process needs, read-only.
 pub const SYSTEM_READ: &[&str] = &[

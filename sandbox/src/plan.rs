@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use toolgate_crds::{EgressMode, SandboxMode, SandboxPolicySpec};
 
-pub use toolgate_core::exec::WORKSPACE_INSIDE;
+pub use toolgate_contract::exec::WORKSPACE_INSIDE;
 
 /// Default size of the sandbox's private `/tmp`.
 pub const DEFAULT_TMP_BYTES: u64 = 64 * 1024 * 1024;
@@ -209,7 +209,7 @@ pub enum ResolveError {
     Mode(&'static str),
     /// A path that is not a plain path.
     #[error(transparent)]
-    Path(#[from] toolgate_core::exec::PathError),
+    Path(#[from] toolgate_contract::exec::PathError),
     /// An environment entry without `=`.
     #[error("environment.injectedEnv[{index}]: expected NAME=value, found {entry:?}")]
     Env {
@@ -345,7 +345,7 @@ fn private_paths(
     for (field, b) in roots {
         for folder in private {
             if b.host.starts_with(folder) {
-                return Err(ResolveError::Path(toolgate_core::exec::PathError {
+                return Err(ResolveError::Path(toolgate_contract::exec::PathError {
                     field: format!("filesystem.{field}"),
                     path: b.host.display().to_string(),
                     why: "it is inside toolgate's data folder, which no sandbox may see",
@@ -363,16 +363,16 @@ fn private_paths(
 }
 
 /// The policy's filesystem rules as paths inside the sandbox (or pod): the core's
-/// [`toolgate_core::exec::confinement`], refusing what [`resolve`] refuses.
+/// [`toolgate_contract::exec::confinement`], refusing what [`resolve`] refuses.
 pub fn confinement(
     policy: &SandboxPolicySpec,
-) -> Result<toolgate_core::exec::FsRules, ResolveError> {
-    Ok(toolgate_core::exec::confinement(policy)?)
+) -> Result<toolgate_contract::exec::FsRules, ResolveError> {
+    Ok(toolgate_contract::exec::confinement(policy)?)
 }
 
-/// A policy path as a bind (see [`toolgate_core::exec::map_path`]).
+/// A policy path as a bind (see [`toolgate_contract::exec::map_path`]).
 fn map_path(field: &str, p: &str, workspace: &Path) -> Result<Bind, ResolveError> {
-    let (host, inside) = toolgate_core::exec::map_path(field, p, workspace)?;
+    let (host, inside) = toolgate_contract::exec::map_path(field, p, workspace)?;
     Ok(Bind { host, inside })
 }
 

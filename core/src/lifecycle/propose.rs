@@ -83,7 +83,7 @@ pub fn unplaceable(
     // A delegation is placed nowhere: its subagent's calls are, each when proposed.
     if snapshot
         .tool(call)
-        .is_some_and(|t| crate::delegation::subagent_of(&t.spec).is_some())
+        .is_some_and(|t| crate::subagent::subagent_of(&t.spec).is_some())
     {
         return None;
     }

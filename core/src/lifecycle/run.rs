@@ -169,7 +169,7 @@ pub fn start<'a>(
 ) -> Result<Start<'a>, Vec<Step>> {
     let delegation = snapshot
         .tool(call)
-        .is_some_and(|t| crate::delegation::subagent_of(&t.spec).is_some());
+        .is_some_and(|t| crate::subagent::subagent_of(&t.spec).is_some());
     if delegation {
         start_delegation(snapshot, call, status).map(Start::Delegation)
     } else {
@@ -242,7 +242,7 @@ pub fn start_delegation<'a>(
     let consumes = decided_again(snapshot, call, status)?;
     let Some(subagent) = snapshot
         .tool(call)
-        .and_then(|t| crate::delegation::subagent_of(&t.spec))
+        .and_then(|t| crate::subagent::subagent_of(&t.spec))
     else {
         return Err(cannot_run(
             SANDBOX_PREPARED,

@@ -94,7 +94,7 @@ pub struct Snapshot<'a> {
     /// What each grant (namespace, name) has used of its budget, from its ledger.
     usage: GrantUsages,
     /// The delegation of a subagent's call (see [`Snapshot::with_delegation`]).
-    delegation: Option<crate::delegation::Scope>,
+    delegation: Option<crate::subagent::Scope>,
     decision: OnceLock<Decision>,
 }
 
@@ -114,8 +114,8 @@ impl<'a> Snapshot<'a> {
     }
 
     /// The same snapshot with the delegation a subagent's call belongs to, as the runtime found
-    /// its parent ([`crate::delegation::Scope::of`]).
-    pub fn with_delegation(mut self, scope: Option<crate::delegation::Scope>) -> Self {
+    /// its parent ([`crate::subagent::Scope::of`]).
+    pub fn with_delegation(mut self, scope: Option<crate::subagent::Scope>) -> Self {
         self.delegation = scope;
         self
     }

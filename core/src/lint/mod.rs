@@ -4,7 +4,6 @@
 //! Every problem is reported, each with its file, object and field path, what was expected and
 //! what was found. Nothing stops at the first problem.
 
-pub mod poisoning;
 mod rules;
 mod schema;
 
@@ -14,27 +13,10 @@ use std::fmt;
 
 use serde_json::Value;
 
+pub use crate::findings::descriptor::{MCP_NOT_REVIEWED, SKILL_NOT_REVIEWED, descriptor_findings};
+pub use crate::findings::{Local, Severity, join_path, poisoning};
 use crate::manifest::{Meta, Object, ObjectSet, Origin, RawManifest, Spec};
-pub use rules::{Local, descriptor_findings};
 pub use schema::{KindSchema, SchemaSetupError};
-
-/// How bad a finding is. Errors fail `toolgate lint`; warnings do not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    /// Must be fixed: the object is rejected or unsafe.
-    Error,
-    /// Worth a look.
-    Warning,
-}
-
-impl fmt::Display for Severity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        })
-    }
-}
 
 /// One problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,24 +359,6 @@ pub fn field_path_from_pointer(pointer: &str) -> String {
         }
     }
     out
-}
-
-/// Append a field name to a path.
-pub fn join_path(base: &str, field: &str) -> String {
-    let simple = !field.is_empty()
-        && field
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let seg = if simple {
-        field.to_string()
-    } else {
-        format!("[{field:?}]")
-    };
-    match (base.is_empty(), simple) {
-        (true, _) => seg,
-        (false, true) => format!("{base}.{seg}"),
-        (false, false) => format!("{base}{seg}"),
-    }
 }
 
 pub use crate::args::short_json;

@@ -98,7 +98,7 @@ fn a_reviewed_digest_enables_the_tool_and_a_changed_script_needs_a_new_review() 
     assert_eq!(s.tools[0].lifecycle, Lifecycle::Enabled);
     assert_eq!(
         s.manifests[0].value["metadata"]["annotations"]
-            [crate::lint::poisoning::REVIEWED_ANNOTATION],
+            [crate::findings::poisoning::REVIEWED_ANNOTATION],
         digest.as_str()
     );
     let mut changed = example_files();

@@ -15,9 +15,10 @@ use toolgate_core::lifecycle::{
 use toolgate_crds::{ApprovalDecision, ToolCall};
 use toolgate_proto::v1 as pb;
 
-use super::{KubeBackend, events_of, internal, message};
+use super::{KubeBackend, events_of, message};
 use crate::call::CANCEL_ANNOTATION;
 use crate::policies::call_of;
+use toolgate_api::internal;
 
 #[tonic::async_trait]
 impl Backend for KubeBackend {

@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use toolgate_api::convert::{call_message, chain_position};
 use toolgate_api::request::new_call_name;
-use toolgate_api::{ApiError, Authenticator, Caller};
+use toolgate_api::{ApiError, Authenticator, Caller, internal};
 use toolgate_core::exec::ArtifactTarget;
 use toolgate_core::lifecycle::{ApprovalRequest, approve, is_terminal, may_answer, phase_name};
 use toolgate_core::principal::Principal;
@@ -21,10 +21,6 @@ use toolgate_proto::v1 as pb;
 
 use crate::policies::call_of;
 use crate::scope::Scope;
-
-pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
-}
 
 /// Callers authenticated by the API server (service-account and user tokens alike), and the
 /// subagents of live delegations by their tokens.
@@ -224,7 +220,7 @@ impl KubeBackend {
         let status = call.status.clone().unwrap_or_default();
         let this = call_of(&call, &name, &ns, &status);
         let cluster = self.cache.namespace(&ns, &name);
-        let inputs = crate::policies::CallInputs::read(
+        let inputs = crate::call::CallInputs::read(
             &self.client,
             &self.cache,
             &ns,

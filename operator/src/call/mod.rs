@@ -14,10 +14,13 @@ mod apply;
 mod cleanup;
 mod delegation;
 mod dereference;
+mod inputs;
 mod lease;
 mod observe;
 mod plan;
 mod record;
+
+pub(crate) use inputs::CallInputs;
 #[cfg(test)]
 mod tests;
 
@@ -262,16 +265,10 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
     let fresh;
     let this = call_of(call, &name, ns, &status);
     // The dry runs that may confirm an L5 call and a subagent's delegation, as the API reads them.
-    let inputs = crate::policies::CallInputs::read(
-        &ctx.client,
-        &ctx.cache,
-        ns,
-        call,
-        &this,
-        &cached.policies,
-    )
-    .await
-    .map_err(kube_error("reading the call's dry runs and delegation"))?;
+    let inputs =
+        inputs::CallInputs::read(&ctx.client, &ctx.cache, ns, call, &this, &cached.policies)
+            .await
+            .map_err(kube_error("reading the call's dry runs and delegation"))?;
     let mut snap = inputs.snapshot(&cached);
     if dereference::would_end(&snap, &this) {
         fresh = crate::policies::dereference(&ctx.client, ns, &name)
