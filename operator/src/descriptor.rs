@@ -3,8 +3,8 @@
 //! bindings) → register (pure, in the core) → apply status.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::kit::{self, FIELD_MANAGER};
 use futures::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::error_boundary::DeserializeGuard;
@@ -19,20 +19,12 @@ use toolgate_crds::{
     ToolDescriptorStatus,
 };
 
-/// The field manager of everything the operator writes.
-pub const FIELD_MANAGER: &str = "toolgate-operator";
-
 /// What a reconcile needs.
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// Consecutive failures per descriptor, for exponential backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolDescriptor>, u32>>,
-}
-
-/// Pause before retrying after `failures` consecutive failures: 2 s doubling to 5 min.
-pub fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(2u64.saturating_mul(1u64 << failures.min(8)).min(300))
+    /// Consecutive failures per descriptor, for its backoff.
+    pub failures: kit::Failures,
 }
 
 /// Apply descriptors a parent object generated (an McpServer's discovered tools, a Skill's
@@ -88,9 +80,8 @@ pub enum Error {
     NoNamespace(String),
 }
 
-impl Error {
-    /// A bounded name for the kind of failure (a log field and metric label).
-    pub fn category(&self) -> &'static str {
+impl kit::Categorized for Error {
+    fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubeApiFailed",
             Error::NoNamespace(_) => "NoNamespace",
@@ -216,23 +207,9 @@ async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action,
         .await?
         .items;
     let status = desired_status(&td, &sandboxes, &bindings, jiff::Timestamp::now());
-    if td.status.as_ref() != Some(&status) {
-        let api = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
-        let patch = serde_json::json!({
-            "apiVersion": toolgate_crds::API_VERSION,
-            "kind": "ToolDescriptor",
-            "status": status,
-        });
-        api.patch_status(
-            &td.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+    let api = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
+    if kit::apply_status_if_changed(&api, &td.name_any(), td.status.as_ref(), &status).await? {
         tracing::info!(descriptor = %td.name_any(), namespace = %ns, lifecycle = ?status.lifecycle, "registered");
-    }
-    if let Ok(mut f) = ctx.failures.lock() {
-        f.remove(&ObjectRef::from_obj(&*td));
     }
     Ok(Action::await_change())
 }
@@ -241,10 +218,7 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolDescriptor>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match crate::guard::valid(&guard, "ToolDescriptor") {
-        Some(td) => reconcile(td, ctx).await,
-        None => Ok(Action::await_change()),
-    }
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
 }
 
 fn error_policy(
@@ -252,23 +226,7 @@ fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let key = ObjectRef::<ToolDescriptor>::new(&crate::guard::name_of(&*guard)).within(
-        kube::Resource::meta(&*guard)
-            .namespace
-            .as_deref()
-            .unwrap_or_default(),
-    );
-    let n = match ctx.failures.lock() {
-        Ok(mut f) => {
-            let n = f.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        }
-        Err(_) => 1,
-    };
-    let delay = backoff(n - 1);
-    tracing::warn!(descriptor = %crate::guard::name_of(&*guard), %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    kit::retry(&ctx.failures, &*guard, error)
 }
 
 /// Run the controller until the stream ends (shutdown).
@@ -334,15 +292,6 @@ fn referencing(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_five_minutes() {
-        assert_eq!(backoff(0), Duration::from_secs(2));
-        assert_eq!(backoff(1), Duration::from_secs(4));
-        assert_eq!(backoff(5), Duration::from_secs(64));
-        assert_eq!(backoff(8), Duration::from_secs(300));
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
-    }
 
     #[test]
     fn reasons_are_camel_case() {

@@ -14,12 +14,14 @@ use toolgate_core::decision::grant_state;
 use toolgate_crds::conditions::{ACTIVE, condition, reason, set_condition};
 use toolgate_crds::{ConditionStatus, GrantState, Timestamp, ToolGrant, ToolGrantStatus};
 
-use crate::descriptor::{FIELD_MANAGER, backoff};
+use crate::kit::{self, FIELD_MANAGER};
 
 /// What a reconcile needs.
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// Consecutive failures per grant, for its backoff.
+    pub failures: kit::Failures,
 }
 
 /// The status a grant should have at `now`, and when to look again.
@@ -102,9 +104,8 @@ pub enum Error {
     NoNamespace(String),
 }
 
-impl Error {
-    /// A bounded name for the kind of failure (a log field and metric label).
-    pub fn category(&self) -> &'static str {
+impl kit::Categorized for Error {
+    fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubeApiFailed",
             Error::NoNamespace(_) => "NoNamespace",
@@ -148,15 +149,11 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolGrant>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match crate::guard::valid(&guard, "ToolGrant") {
-        Some(g) => reconcile(g, ctx).await,
-        None => Ok(Action::await_change()),
-    }
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
 }
 
-fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(grant = %crate::guard::name_of(&*g), %error, category = error.category(), "reconcile failed");
-    Action::requeue(backoff(2))
+fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, ctx: Arc<Context>) -> Action {
+    kit::retry(&ctx.failures, &*g, error)
 }
 
 /// Run the controller until shutdown.
@@ -169,7 +166,10 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
     .run(
         reconcile_guarded,
         error_policy,
-        Arc::new(Context { client }),
+        Arc::new(Context {
+            client,
+            failures: Default::default(),
+        }),
     )
     .for_each(|_| futures::future::ready(()))
     .await;

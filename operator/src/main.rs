@@ -16,7 +16,7 @@ mod call;
 mod delegation;
 mod descriptor;
 mod grant;
-mod guard;
+mod kit;
 mod mcp_server;
 mod ops;
 mod policies;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -29,7 +30,7 @@ use toolgate_crds::{
     Timestamp,
 };
 
-use crate::descriptor::{FIELD_MANAGER, backoff};
+use crate::kit::{self, FIELD_MANAGER};
 use crate::readiness::{apply_status, ready};
 
 /// The label naming the McpServer a ToolDescriptor was discovered on.
@@ -70,6 +71,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// How discovery pods run.
     pub pods: Pods,
+    /// Consecutive failures per server, for its backoff.
+    pub failures: kit::Failures,
 }
 
 /// Why a reconcile failed; retried with backoff.
@@ -84,6 +87,16 @@ pub enum Error {
     /// A readiness status write failed.
     #[error(transparent)]
     Status(#[from] crate::readiness::Error),
+}
+
+impl kit::Categorized for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiFailed",
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Status(e) => e.category(),
+        }
+    }
 }
 
 /// Why no list came back: the condition reason and words.
@@ -331,7 +344,6 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
                 apply_status(
                     servers,
                     &name,
-                    "McpServer",
                     condition,
                     generation,
                     serde_json::Value::Null,
@@ -426,7 +438,6 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     apply_status(
         servers,
         &name,
-        "McpServer",
         condition,
         generation,
         serde_json::json!({
@@ -440,9 +451,19 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     Ok(again)
 }
 
-fn error_policy(server: Arc<McpServer>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(server = %server.name_any(), %error, "McpServer reconcile failed");
-    Action::requeue(backoff(2))
+async fn guarded(
+    guard: Arc<DeserializeGuard<McpServer>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+}
+
+fn error_policy(
+    guard: Arc<DeserializeGuard<McpServer>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    kit::retry(&ctx.failures, &*guard, error)
 }
 
 /// Run the McpServer controller until shutdown.
@@ -456,6 +477,7 @@ pub async fn run(
         client: client.clone(),
         broker,
         pods,
+        failures: Default::default(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -464,9 +486,12 @@ pub async fn run(
             },
         ),
     });
-    Controller::new(scope.api::<McpServer>(&client), watcher::Config::default())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    Controller::new(
+        scope.api::<DeserializeGuard<McpServer>>(&client),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(guarded, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -17,7 +17,7 @@ use toolgate_broker::CredentialBroker;
 use toolgate_crds::conditions::{READY, condition, reason, set_condition};
 use toolgate_crds::{Condition, ConditionStatus, CredentialBinding, SandboxPolicy, Timestamp};
 
-use crate::descriptor::{FIELD_MANAGER, backoff};
+use crate::kit;
 
 /// What the readiness controllers need.
 pub struct Context {
@@ -25,6 +25,8 @@ pub struct Context {
     pub client: Client,
     /// The broker credentials come from.
     pub broker: Arc<dyn CredentialBroker>,
+    /// Consecutive failures per object, for its backoff.
+    pub failures: kit::Failures,
 }
 
 /// The Ready condition, keeping the transition time when the status did not change.
@@ -74,9 +76,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// A bounded name for the kind of failure (a log field and metric label).
-    pub fn category(&self) -> &'static str {
+impl kit::Categorized for Error {
+    fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubeApiFailed",
             Error::NoNamespace { .. } => "NoNamespace",
@@ -104,30 +105,19 @@ pub(crate) fn not_ready_now(
 pub(crate) async fn apply_status<K>(
     api: Api<K>,
     name: &str,
-    kind: &str,
     condition: Condition,
     generation: Option<i64>,
     extra: serde_json::Value,
 ) -> Result<(), Error>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut status =
         serde_json::json!({"observedGeneration": generation, "conditions": [condition]});
     if let (Some(s), serde_json::Value::Object(more)) = (status.as_object_mut(), extra) {
         s.extend(more);
     }
-    let patch = serde_json::json!({
-        "apiVersion": toolgate_crds::API_VERSION,
-        "kind": kind,
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    kit::apply_status(&api, name, status).await?;
     Ok(())
 }
 
@@ -199,7 +189,6 @@ async fn reconcile_policy(p: Arc<SandboxPolicy>, ctx: Arc<Context>) -> Result<Ac
         apply_status(
             Api::<SandboxPolicy>::namespaced(ctx.client.clone(), &ns),
             &p.name_any(),
-            "SandboxPolicy",
             condition,
             generation,
             serde_json::Value::Null,
@@ -239,7 +228,6 @@ async fn reconcile_binding(b: Arc<CredentialBinding>, ctx: Arc<Context>) -> Resu
         apply_status(
             Api::<CredentialBinding>::namespaced(ctx.client.clone(), &ns),
             &b.name_any(),
-            "CredentialBinding",
             condition,
             generation,
             serde_json::Value::Null,
@@ -258,25 +246,22 @@ async fn policy_guarded(
     guard: Arc<DeserializeGuard<SandboxPolicy>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match crate::guard::valid(&guard, "SandboxPolicy") {
-        Some(p) => reconcile_policy(p, ctx).await,
-        None => Ok(Action::await_change()),
-    }
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile_policy).await
 }
 
 async fn binding_guarded(
     guard: Arc<DeserializeGuard<CredentialBinding>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match crate::guard::valid(&guard, "CredentialBinding") {
-        Some(b) => reconcile_binding(b, ctx).await,
-        None => Ok(Action::await_change()),
-    }
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile_binding).await
 }
 
-fn error_policy<K>(_: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(%error, category = error.category(), "readiness reconcile failed");
-    Action::requeue(backoff(2))
+fn error_policy<K: kube::Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    kit::retry(&ctx.failures, &*object, error)
 }
 
 /// Run both readiness controllers until shutdown.
@@ -284,6 +269,7 @@ pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate
     let ctx = Arc::new(Context {
         client: client.clone(),
         broker,
+        failures: Default::default(),
     });
     let policies = Controller::new(
         scope.api::<DeserializeGuard<SandboxPolicy>>(&client),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -22,7 +23,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use toolgate_crds::{DiscoveredTool, Skill};
 
-use crate::descriptor::backoff;
+use crate::kit;
 use crate::readiness::{apply_status, ready};
 
 /// The label naming the Skill a ToolDescriptor was declared by; on a ConfigMap, the Skill whose
@@ -108,6 +109,8 @@ pub struct Context {
     pub client: Client,
     /// Publishes the Events.
     pub recorder: Recorder,
+    /// Consecutive failures per skill, for its backoff.
+    pub failures: kit::Failures,
 }
 
 /// Why a reconcile failed; retried with backoff.
@@ -122,6 +125,16 @@ pub enum Error {
     /// A readiness status write failed.
     #[error(transparent)]
     Status(#[from] crate::readiness::Error),
+}
+
+impl kit::Categorized for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiFailed",
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Status(e) => e.category(),
+        }
+    }
 }
 
 async fn publish(ctx: &Context, skill: &Skill, type_: EventType, reason: &str, note: String) {
@@ -152,7 +165,6 @@ async fn reconcile(skill: Arc<Skill>, ctx: Arc<Context>) -> Result<Action, Error
                 apply_status(
                     skills,
                     &name,
-                    "Skill",
                     condition,
                     generation,
                     serde_json::Value::Null,
@@ -236,13 +248,16 @@ async fn reconcile(skill: Arc<Skill>, ctx: Arc<Context>) -> Result<Action, Error
             .or_insert(serde_json::json!([]));
         m.entry("tools").or_insert(serde_json::json!([]));
     }
-    apply_status(skills, &name, "Skill", condition, generation, fields).await?;
+    apply_status(skills, &name, condition, generation, fields).await?;
     Ok(Action::requeue(REREAD))
 }
 
-fn error_policy(skill: Arc<Skill>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(skill = %skill.name_any(), %error, "Skill reconcile failed");
-    Action::requeue(backoff(2))
+async fn guarded(guard: Arc<DeserializeGuard<Skill>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+}
+
+fn error_policy(guard: Arc<DeserializeGuard<Skill>>, error: &Error, ctx: Arc<Context>) -> Action {
+    kit::retry(&ctx.failures, &*guard, error)
 }
 
 /// Run the Skill controller until shutdown: a Skill is read when it changes, when a ConfigMap
@@ -250,6 +265,7 @@ fn error_policy(skill: Arc<Skill>, error: &Error, _: Arc<Context>) -> Action {
 pub async fn run(client: Client, scope: crate::scope::Scope) {
     let ctx = Arc::new(Context {
         client: client.clone(),
+        failures: Default::default(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -258,7 +274,10 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
             },
         ),
     });
-    let controller = Controller::new(scope.api::<Skill>(&client), watcher::Config::default());
+    let controller = Controller::new(
+        scope.api::<DeserializeGuard<Skill>>(&client),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     controller
         .watches(
@@ -270,17 +289,19 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
                 store
                     .state()
                     .iter()
-                    .filter(|s| {
-                        s.namespace().as_deref() == Some(ns.as_str())
-                            && s.spec.config_map_ref.as_ref().map(|r| r.name.as_str())
-                                == Some(map_name.as_str())
+                    .filter(|g| {
+                        g.0.as_ref().is_ok_and(|s| {
+                            s.namespace().as_deref() == Some(ns.as_str())
+                                && s.spec.config_map_ref.as_ref().map(|r| r.name.as_str())
+                                    == Some(map_name.as_str())
+                        })
                     })
-                    .map(|s| ObjectRef::from_obj(&**s))
+                    .map(|g| ObjectRef::from_obj(&**g))
                     .collect::<Vec<_>>()
             },
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(guarded, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
 }

@@ -18,11 +18,13 @@ use toolgate_core::registry::Registry;
 use toolgate_crds::conditions::reason;
 use toolgate_crds::{ToolDescriptor, ToolPolicy};
 
-use crate::descriptor::{backoff, meta_of, object};
+use crate::descriptor::{meta_of, object};
+use crate::kit;
 use crate::readiness::{Error, apply_status, ready};
 
 struct Context {
     client: Client,
+    failures: kit::Failures,
 }
 
 /// The problems of one ToolPolicy against the namespace's descriptors, and its policy count.
@@ -91,7 +93,6 @@ async fn reconcile(p: Arc<ToolPolicy>, ctx: Arc<Context>) -> Result<Action, Erro
         apply_status(
             Api::<ToolPolicy>::namespaced(ctx.client.clone(), &ns),
             &p.name_any(),
-            "ToolPolicy",
             condition,
             generation,
             serde_json::json!({"policies": count}),
@@ -105,21 +106,18 @@ async fn guarded(
     guard: Arc<DeserializeGuard<ToolPolicy>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match crate::guard::valid(&guard, "ToolPolicy") {
-        Some(p) => reconcile(p, ctx).await,
-        None => Ok(Action::await_change()),
-    }
+    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
 }
 
-fn error_policy(_: Arc<DeserializeGuard<ToolPolicy>>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(%error, category = error.category(), "tool policy reconcile failed");
-    Action::requeue(backoff(2))
+fn error_policy(p: Arc<DeserializeGuard<ToolPolicy>>, error: &Error, ctx: Arc<Context>) -> Action {
+    kit::retry(&ctx.failures, &*p, error)
 }
 
 /// Run the ToolPolicy controller until shutdown.
 pub async fn run(client: Client, scope: crate::scope::Scope) {
     let ctx = Arc::new(Context {
         client: client.clone(),
+        failures: Default::default(),
     });
     let controller = Controller::new(
         scope.api::<DeserializeGuard<ToolPolicy>>(&client),

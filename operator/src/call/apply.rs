@@ -16,7 +16,7 @@ use toolgate_crds::{CallPhase, ToolCall, ToolCallStatus};
 use super::plan::{self, Children};
 use super::{Context, Error, kube_error};
 use crate::build::{self, Owner};
-use crate::descriptor::FIELD_MANAGER;
+use crate::kit::FIELD_MANAGER;
 
 /// Start an authorized call the core planned: its pod, NetworkPolicy, spec and credential.
 pub(super) async fn start(

@@ -11,7 +11,7 @@ use toolgate_crds::{CallPhase, ToolApproval, ToolCall, ToolCallStatus};
 
 use super::{Context, Error, kube_error};
 use crate::build;
-use crate::descriptor::FIELD_MANAGER;
+use crate::kit::FIELD_MANAGER;
 use crate::policies::call_of;
 
 /// After the result is recorded: remove the children (a failed call's pod stays a while).

@@ -44,6 +44,7 @@ use toolgate_crds::{CallPhase, ToolCall};
 
 use crate::build;
 use crate::cache::{PolicyCache, Subscriptions};
+use crate::kit::Categorized as _;
 use crate::policies::call_of;
 
 /// The finalizer that guarantees cleanup.
@@ -106,8 +107,8 @@ pub struct Context {
     pub config: CallConfig,
     /// Phase transitions, decisions, reconcile durations and errors (bounded labels).
     pub metrics: Arc<crate::ops::Metrics>,
-    /// Consecutive failures per call, for exponential backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ToolCall>, u32>>,
+    /// Consecutive failures per call, for its backoff.
+    pub failures: crate::kit::Failures,
     /// The namespaces' policy objects, shared with the agent API.
     pub cache: PolicyCache,
 }
@@ -150,10 +151,10 @@ pub enum Error {
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
 }
 
-impl Error {
-    /// A bounded name for the kind of failure: the reason of the Warning Event and the
-    /// `category` label of `toolgate_reconcile_errors_total`.
-    pub fn category(&self) -> &'static str {
+impl crate::kit::Categorized for Error {
+    /// The reason of the Warning Event and the `category` label of
+    /// `toolgate_reconcile_errors_total`.
+    fn category(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
         match self {
             Error::Kube { .. } => "KubeApiFailed",
@@ -183,7 +184,7 @@ pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<
     let ns = call
         .namespace()
         .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
-    let key = ObjectRef::from_obj(&*call);
+    let this = call.clone();
     let began = std::time::Instant::now();
     let api = Api::<ToolCall>::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, call, |event| async {
@@ -208,11 +209,7 @@ pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<
     ctx.metrics
         .observe("toolcall", result.is_ok(), began.elapsed());
     match &result {
-        Ok(_) => {
-            if let Ok(mut f) = ctx.failures.lock() {
-                f.remove(&key);
-            }
-        }
+        Ok(_) => ctx.failures.succeeded(&*this),
         Err(e) => ctx.metrics.error("toolcall", e.category()),
     }
     result
@@ -224,19 +221,11 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolCall>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match &guard.0 {
-        Ok(call) => reconcile(Arc::new(call.clone()), ctx).await,
-        Err(invalid) => {
-            ctx.metrics.error("toolcall", "InvalidObject");
-            tracing::warn!(
-                call = invalid.metadata.name.as_deref().unwrap_or_default(),
-                namespace = invalid.metadata.namespace.as_deref().unwrap_or_default(),
-                error = %invalid.error,
-                "a ToolCall does not deserialize; waiting for it to change"
-            );
-            Ok(Action::await_change())
-        }
-    }
+    let Some(call) = crate::kit::valid(&guard) else {
+        ctx.metrics.error("toolcall", "InvalidObject");
+        return Ok(Action::await_change());
+    };
+    reconcile(call, ctx).await
 }
 
 /// How often a call waiting for a dry run looks for one.
@@ -354,21 +343,7 @@ fn error_policy(
         tracing::debug!(call = %name, "the call changed under the reconcile; again");
         return Action::requeue(std::time::Duration::from_millis(100));
     }
-    let key = match &guard.0 {
-        Ok(call) => ObjectRef::from_obj(call),
-        Err(i) => ObjectRef::new(&name).within(i.metadata.namespace.as_deref().unwrap_or_default()),
-    };
-    let n = match ctx.failures.lock() {
-        Ok(mut f) => {
-            let n = f.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        }
-        Err(_) => 1,
-    };
-    let delay = crate::descriptor::backoff(n - 1);
-    tracing::warn!(call = %name, %error, category = error.category(), failures = n, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    crate::kit::retry(&ctx.failures, &*guard, error)
 }
 
 /// Run the controller until shutdown.

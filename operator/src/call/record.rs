@@ -11,7 +11,7 @@ use toolgate_crds::conditions::POLICY_CHECKED;
 use toolgate_crds::{ConditionStatus, ToolCall, ToolCallStatus, ToolGrant};
 
 use super::{Context, Error, kube_error};
-use crate::descriptor::FIELD_MANAGER;
+use crate::kit::FIELD_MANAGER;
 use crate::policies::call_of;
 
 /// Reads and writes of a grant's ledger before a charge gives up (each conflict is another

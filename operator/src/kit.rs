@@ -1,0 +1,221 @@
+//! What every controller of the operator does the same way, written once: the field manager its
+//! writes carry, `DeserializeGuard` on every watch (one object that does not deserialize — an old
+//! field, a hand-edited status — is logged and left until it changes, and never stalls the watch
+//! the controller's other objects arrive on), per-object exponential backoff after a failure, a
+//! category on every failure (its log field, metric label and Event reason), and status applied
+//! only when it says something new.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::error_boundary::DeserializeGuard;
+use kube::runtime::controller::Action;
+
+/// Who owns the fields the operator writes (`kubectl get -o yaml --show-managed-fields` says so).
+pub const FIELD_MANAGER: &str = "toolgate-operator";
+
+/// Pause before retrying after `failures` consecutive failures: 2 s doubling to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_mul(1u64 << failures.min(8)).min(300))
+}
+
+/// A controller's failure: what it says, and a bounded name for its kind (a log field, the
+/// `toolgate_reconcile_errors_total` label, an Event reason).
+pub trait Categorized: std::fmt::Display {
+    /// The category, CamelCase (`KubeApiFailed`).
+    fn category(&self) -> &'static str;
+}
+
+impl Categorized for kube::Error {
+    fn category(&self) -> &'static str {
+        "KubeApiFailed"
+    }
+}
+
+/// Consecutive failures per object (kind, namespace, name), for its own backoff: one object that
+/// keeps failing waits longer and longer, the others are retried at once.
+#[derive(Debug, Default)]
+pub struct Failures(Mutex<HashMap<(String, String, String), u32>>);
+
+impl Failures {
+    fn key<K: Resource<DynamicType = ()>>(object: &K) -> (String, String, String) {
+        let meta = object.meta();
+        (
+            K::kind(&()).into_owned(),
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+
+    /// One more failure of `object`: how many in a row, and how long to wait.
+    pub fn failed<K: Resource<DynamicType = ()>>(&self, object: &K) -> (u32, Duration) {
+        let n = match self.0.lock() {
+            Ok(mut f) => {
+                let n = f.entry(Self::key(object)).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        (n, backoff(n - 1))
+    }
+
+    /// `object` reconciled: its next failure waits the shortest time again.
+    pub fn succeeded<K: Resource<DynamicType = ()>>(&self, object: &K) {
+        if let Ok(mut f) = self.0.lock() {
+            f.remove(&Self::key(object));
+        }
+    }
+}
+
+/// The error policy of every controller: the failure logged with its category, the object
+/// retried after its own backoff.
+pub fn retry<K: Resource<DynamicType = ()>>(
+    failures: &Failures,
+    object: &K,
+    error: &impl Categorized,
+) -> Action {
+    let (n, delay) = failures.failed(object);
+    tracing::warn!(
+        kind = %K::kind(&()),
+        name = object.meta().name.as_deref().unwrap_or_default(),
+        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
+        %error,
+        category = error.category(),
+        failures = n,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// The object a guard holds, or `None` (logged) for one that did not deserialize.
+pub fn valid<K: Resource<DynamicType = ()> + Clone>(guard: &DeserializeGuard<K>) -> Option<Arc<K>> {
+    match &guard.0 {
+        Ok(object) => Some(Arc::new(object.clone())),
+        Err(invalid) => {
+            tracing::warn!(
+                kind = %K::kind(&()),
+                name = invalid.metadata.name.as_deref().unwrap_or_default(),
+                namespace = invalid.metadata.namespace.as_deref().unwrap_or_default(),
+                error = %invalid.error,
+                "an object does not deserialize; waiting for it to change"
+            );
+            None
+        }
+    }
+}
+
+/// Reconcile what a guard holds with `reconcile` (an object that does not deserialize waits for
+/// a change), and clear the object's failures when it succeeds.
+pub async fn reconcile_guarded<K, C, E, F, Fut>(
+    guard: Arc<DeserializeGuard<K>>,
+    ctx: Arc<C>,
+    failures: impl Fn(&C) -> &Failures,
+    reconcile: F,
+) -> Result<Action, E>
+where
+    K: Resource<DynamicType = ()> + Clone,
+    F: FnOnce(Arc<K>, Arc<C>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, E>>,
+{
+    let Some(object) = valid(&guard) else {
+        return Ok(Action::await_change());
+    };
+    let result = reconcile(object, ctx.clone()).await;
+    if result.is_ok() {
+        failures(&ctx).succeeded(&*guard);
+    }
+    result
+}
+
+/// Apply `status` (server-side, as [`FIELD_MANAGER`]: the fields of it the operator owns).
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// [`apply_status`] of the whole of `status` when it differs from `current`; whether it wrote.
+pub async fn apply_status_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    status: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if current == Some(status) {
+        return Ok(false);
+    }
+    apply_status(
+        api,
+        name,
+        serde_json::to_value(status).map_err(kube::Error::SerdeError)?,
+    )
+    .await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate_crds::ToolGrant;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        assert_eq!(backoff(0), Duration::from_secs(2));
+        assert_eq!(backoff(1), Duration::from_secs(4));
+        assert_eq!(backoff(5), Duration::from_secs(64));
+        assert_eq!(backoff(8), Duration::from_secs(300));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
+
+    fn grant(ns: &str, name: &str) -> ToolGrant {
+        let mut g: ToolGrant = serde_json::from_value(serde_json::json!({
+            "apiVersion": "toolgate.dev/v1alpha1",
+            "kind": "ToolGrant",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"subjects": [], "tools": {"names": []}, "scopes": [], "reason": "r"}
+        }))
+        .expect("a grant");
+        g.metadata.name = Some(name.into());
+        g
+    }
+
+    #[test]
+    fn each_object_backs_off_on_its_own_and_starts_over_once_it_succeeds() {
+        let failures = Failures::default();
+        let (a, b) = (grant("team-a", "a"), grant("team-a", "b"));
+        assert_eq!(failures.failed(&a), (1, Duration::from_secs(2)));
+        assert_eq!(failures.failed(&a), (2, Duration::from_secs(4)));
+        assert_eq!(failures.failed(&a), (3, Duration::from_secs(8)));
+        // Another object's first failure waits the shortest time.
+        assert_eq!(failures.failed(&b), (1, Duration::from_secs(2)));
+        // The same name in another namespace is another object.
+        assert_eq!(failures.failed(&grant("team-b", "a")).0, 1);
+        failures.succeeded(&a);
+        assert_eq!(failures.failed(&a), (1, Duration::from_secs(2)));
+    }
+}
