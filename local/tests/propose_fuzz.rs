@@ -217,6 +217,12 @@ fn hostile_proposals_are_refused_by_field_and_touch_nothing_outside_the_data_fol
                     }
                     // The same idempotency key with other args is refused as such.
                     tonic::Code::AlreadyExists => prop_assert_eq!(code, "idempotency-key-reused"),
+                    // A well-formed namespace where the caller has no grant (the hostile text
+                    // can spell one, `a`): refused before anything is recorded.
+                    tonic::Code::PermissionDenied => {
+                        prop_assert_eq!(code, "no-grant-in-namespace");
+                        prop_assert!(req.namespace != "team-a", "{}", status.message());
+                    }
                     other => prop_assert!(false, "{other:?} {code}: {}", status.message()),
                 }
             }
