@@ -49,23 +49,28 @@ fn spawn_revoke(rt: Runtime, id: String, lease: Lease) {
                 Err(e) => {
                     let why = e.to_string();
                     tracing::warn!(call = %id, binding = %lease.binding, error = %why, "revoking a lease failed; retrying");
-                    let mut wait = MAX_REVOCATION_WAIT;
-                    let recorded = rt
-                        .transition(&id, |rec| {
-                            let (steps, after) = revocation_failed(
-                                &rec.status,
-                                &lease.binding,
-                                e.reason(),
-                                why.clone(),
-                                jiff::Timestamp::now(),
-                            );
-                            wait = after;
-                            Ok(steps)
-                        })
-                        .await;
-                    if let Err(e) = recorded {
-                        tracing::error!(call = %id, error = %e, "recording a failed revocation");
-                    }
+                    // Written only when the call does not say this failure yet; read otherwise.
+                    let now = jiff::Timestamp::now();
+                    let said = |status: &_| {
+                        revocation_failed(status, &lease.binding, e.reason(), why.clone(), now)
+                    };
+                    let wait = match rt.stored(&id) {
+                        Ok(rec) => {
+                            let (steps, wait) = said(&rec.status);
+                            if !steps.is_empty() {
+                                let recorded =
+                                    rt.transition(&id, |rec| Ok(said(&rec.status).0)).await;
+                                if let Err(e) = recorded {
+                                    tracing::error!(call = %id, error = %e, "recording a failed revocation");
+                                }
+                            }
+                            wait
+                        }
+                        Err(e) => {
+                            tracing::error!(call = %id, error = %e, "reading a call whose lease failed to revoke");
+                            MAX_REVOCATION_WAIT
+                        }
+                    };
                     tokio::time::sleep(wait).await;
                 }
             }

@@ -29,12 +29,6 @@ pub trait Categorized: std::fmt::Display {
     fn category(&self) -> &'static str;
 }
 
-impl Categorized for kube::Error {
-    fn category(&self) -> &'static str {
-        "KubeApiFailed"
-    }
-}
-
 /// Consecutive failures per object (kind, namespace, name), for its own backoff: one object that
 /// keeps failing waits longer and longer, the others are retried at once.
 #[derive(Debug, Default)]

@@ -75,29 +75,8 @@ pub struct Context {
     pub failures: kit::Failures,
 }
 
-/// Why a reconcile failed; retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The API server refused or failed a request.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The McpServer has no namespace (the CRD is namespaced: a bug if seen).
-    #[error("McpServer {0} has no namespace")]
-    NoNamespace(String),
-    /// A readiness status write failed.
-    #[error(transparent)]
-    Status(#[from] crate::readiness::Error),
-}
-
-impl kit::Categorized for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "KubeApiFailed",
-            Error::NoNamespace(_) => "NoNamespace",
-            Error::Status(e) => e.category(),
-        }
-    }
-}
+/// Why a reconcile failed (the readiness controllers' failures); retried with backoff.
+pub use crate::readiness::Error;
 
 /// Why no list came back: the condition reason and words.
 struct Unlisted(&'static str, String);
@@ -286,9 +265,10 @@ async fn publish(ctx: &Context, server: &McpServer, type_: EventType, reason: &s
 #[tracing::instrument(skip(server, ctx), fields(server = %server.name_any(), namespace = server.namespace().unwrap_or_default()))]
 async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = server.name_any();
-    let ns = server
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let ns = server.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "McpServer",
+        name: name.clone(),
+    })?;
     let spec = &server.spec;
     let generation = server.metadata.generation;
     let previous = server.status.clone().unwrap_or_default();

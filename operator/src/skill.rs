@@ -113,29 +113,8 @@ pub struct Context {
     pub failures: kit::Failures,
 }
 
-/// Why a reconcile failed; retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The API server refused or failed a request.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The Skill has no namespace (the CRD is namespaced: a bug if seen).
-    #[error("Skill {0} has no namespace")]
-    NoNamespace(String),
-    /// A readiness status write failed.
-    #[error(transparent)]
-    Status(#[from] crate::readiness::Error),
-}
-
-impl kit::Categorized for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "KubeApiFailed",
-            Error::NoNamespace(_) => "NoNamespace",
-            Error::Status(e) => e.category(),
-        }
-    }
-}
+/// Why a reconcile failed (the readiness controllers' failures); retried with backoff.
+pub use crate::readiness::Error;
 
 async fn publish(ctx: &Context, skill: &Skill, type_: EventType, reason: &str, note: String) {
     crate::readiness::publish_event(&ctx.recorder, skill, "Load", type_, reason, note).await;
@@ -144,9 +123,10 @@ async fn publish(ctx: &Context, skill: &Skill, type_: EventType, reason: &str, n
 #[tracing::instrument(skip(skill, ctx), fields(skill = %skill.name_any(), namespace = skill.namespace().unwrap_or_default()))]
 async fn reconcile(skill: Arc<Skill>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = skill.name_any();
-    let ns = skill
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let ns = skill.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "Skill",
+        name: name.clone(),
+    })?;
     let generation = skill.metadata.generation;
     let previous = skill.status.clone().unwrap_or_default();
     let skills = Api::<Skill>::namespaced(ctx.client.clone(), &ns);
