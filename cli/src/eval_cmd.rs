@@ -1,16 +1,16 @@
 //! `toolgate eval`: the tool metadata of a folder of manifests regression-tested against prompts
-//! (`toolgate_core::eval`): a report per tool and overall, non-zero under thresholds, and with
+//! (`toolgate_review::eval`): a report per tool and overall, non-zero under thresholds, and with
 //! `--baseline` the same prompts against another version of the folder, for a pull request.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use toolgate_core::eval::{
+use toolgate_core::registry::Registry;
+use toolgate_review::eval::{
     Prompt, Ranker, Report, Thresholds, evaluate_with, example_prompts, failures, imported_servers,
     parse_prompts,
 };
-use toolgate_core::registry::Registry;
 
 use crate::policy_cmds::{load_with, parse_now};
 use toolgate_client::exit::EXIT_BAD_MANIFESTS;

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use toolgate_core::policy_test::{self, CaseResult, PolicyTestFile};
 use toolgate_core::registry::Registry;
+use toolgate_review::policy_test::{self, CaseResult, PolicyTestFile};
 
 use crate::policy_cmds::{Output, load, parse_now};
 use toolgate_client::exit::EXIT_BAD_MANIFESTS;

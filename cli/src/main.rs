@@ -379,7 +379,7 @@ fn main() -> ExitCode {
             credential_binding,
             trust,
         } => mcp_cmd::import(
-            &toolgate_core::import::ImportConfig {
+            &toolgate_review::import::ImportConfig {
                 namespace: &namespace,
                 prefix: prefix.as_deref(),
                 url_base: &url_base,

@@ -1,7 +1,7 @@
 //! `toolgate mcp normalize`: a saved `tools/list` answer as the ToolDescriptors toolgate would
 //! register, through the same normalization as the runtimes (`toolgate_core::mcp`); and
 //! `toolgate import`: a model provider's tool definitions as ToolDescriptors
-//! (`toolgate_core::import`).
+//! (`toolgate_review::import`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -73,13 +73,13 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
 /// `toolgate import`: print the descriptors; refused definitions go to stderr with their reason
 /// (exit 1).
 pub fn import(
-    config: &toolgate_core::import::ImportConfig<'_>,
+    config: &toolgate_review::import::ImportConfig<'_>,
     file: &Path,
 ) -> anyhow::Result<ExitCode> {
     let parsed = std::fs::read_to_string(file)
         .map_err(|e| e.to_string())
         .and_then(|text| {
-            toolgate_core::import::parse_definitions(&text).map_err(|e| e.to_string())
+            toolgate_review::import::parse_definitions(&text).map_err(|e| e.to_string())
         });
     let parsed = match parsed {
         Ok(p) => p,
@@ -101,7 +101,7 @@ pub fn import(
             Err(r) => refused.push(r),
         }
     }
-    let (tools, bad) = toolgate_core::import::import(config, &definitions);
+    let (tools, bad) = toolgate_review::import::import(config, &definitions);
     refused.extend(bad.into_iter().map(|mut r| {
         r.index = at.get(r.index).copied().unwrap_or(r.index);
         r
@@ -109,7 +109,7 @@ pub fn import(
     refused.sort_by_key(|r| r.index);
     out!(
         "{}",
-        toolgate_core::import::to_yaml(config, &tools).map_err(anyhow::Error::msg)?
+        toolgate_review::import::to_yaml(config, &tools).map_err(anyhow::Error::msg)?
     );
     for r in &refused {
         eprintln!("toolgate: {}: refused {r}", file.display());

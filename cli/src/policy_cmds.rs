@@ -9,11 +9,11 @@ use toolgate_core::args::ArgsLimits;
 use toolgate_core::decision::{ApprovalEntry, CallUnderReview, Decision, decide_in};
 use toolgate_core::lint::{LintReport, Severity};
 use toolgate_core::manifest::{Object, Spec};
-use toolgate_core::policy_diff::{diff_policies, markdown, rule_changes, rules_markdown};
 use toolgate_core::principal::Principal;
 use toolgate_core::registry::Registry;
 use toolgate_core::view::{ViewFormat, ViewRequest, compile_view};
 use toolgate_crds::{ActionType, DecisionOutcome};
+use toolgate_review::policy_diff::{diff_policies, markdown, rule_changes, rules_markdown};
 
 use crate::lint_cmd::{lint_paths_with, linter};
 use toolgate_client::{out, outln};
@@ -429,7 +429,7 @@ pub fn diff(
             let calls = crate::recorded::recorded_calls(path)?;
             Some((
                 calls.len(),
-                toolgate_core::policy_diff::replay(&registries[0], &registries[1], &calls),
+                toolgate_review::policy_diff::replay(&registries[0], &registries[1], &calls),
             ))
         }
         None => None,
@@ -439,7 +439,7 @@ pub fn diff(
             out!("{}", markdown(&changes));
             out!("{}", rules_markdown(&rules));
             if let Some((n, r)) = &replayed {
-                out!("{}", toolgate_core::policy_diff::replay_markdown(*n, r));
+                out!("{}", toolgate_review::policy_diff::replay_markdown(*n, r));
             }
         }
         DiffOutput::Json => {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use toolgate_core::policy_diff::RecordedCall;
+use toolgate_review::policy_diff::RecordedCall;
 
 /// The calls recorded at `path`: a `toolgate local` data folder (its store), or files of
 /// ToolCall objects (`kubectl get toolcalls -o yaml` or `-o json`: a List, or documents).

@@ -248,3 +248,15 @@ fn the_executor_and_what_runs_in_a_sandbox_link_the_contract_not_the_decision_co
         }
     }
 }
+
+#[test]
+fn the_runtimes_decide_calls_without_the_review_tooling() {
+    for package in ["toolgate-operator", "toolgate-local", "toolgate-api"] {
+        let deps = linked(package);
+        assert!(deps.contains("toolgate-core"), "{package}: {deps:?}");
+        assert!(
+            !deps.contains("toolgate-review"),
+            "{package} links toolgate-review: eval, policy diff, policy tests and import are the command line's"
+        );
+    }
+}

@@ -53,6 +53,10 @@ pub struct Meta {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The file name ending that marks a policy test table (`toolgate policy test`): manifest
+/// loaders skip these files, which hold cases, not objects.
+pub const POLICY_TEST_SUFFIX: &str = ".policytest.yaml";
+
 /// The namespace a manifest without one is applied to.
 pub const DEFAULT_NAMESPACE: &str = "default";
 

@@ -68,7 +68,7 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
 fn is_policy_test(p: &Path) -> bool {
     p.file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(toolgate_core::policy_test::SUFFIX))
+        .is_some_and(|n| n.ends_with(toolgate_core::manifest::POLICY_TEST_SUFFIX))
 }
 
 fn is_yaml(p: &Path) -> bool {

@@ -53,7 +53,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
             } else if p.extension().is_some_and(|e| e == "yaml")
                 && !p
                     .to_string_lossy()
-                    .ends_with(toolgate_core::policy_test::SUFFIX)
+                    .ends_with(toolgate_core::manifest::POLICY_TEST_SUFFIX)
             {
                 files.push(p);
             }

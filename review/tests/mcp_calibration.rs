@@ -37,7 +37,7 @@ fn lists() -> Vec<(String, Vec<Value>)> {
 fn imported(trust: TrustLevel) -> (Registry, Vec<toolgate_core::lint::Finding>) {
     let principal = Principal::new("system:serviceaccount:team-a:fixer");
     let (docs, refused) =
-        toolgate_core::eval::imported_servers(&lists(), "team-a", &principal, trust);
+        toolgate_review::eval::imported_servers(&lists(), "team-a", &principal, trust);
     assert!(refused.is_empty(), "{refused:?}");
     let report = support::linter().lint(docs, support::now());
     (Registry::from_objects(&report.objects), report.findings)
@@ -70,7 +70,7 @@ fn first_party_reads_never_wait_for_a_human_and_only_declared_destruction_needs_
     let hints = annotations();
     let grant = registry
         .grants()
-        .find(|g| g.name == toolgate_core::eval::IMPORTED)
+        .find(|g| g.name == toolgate_review::eval::IMPORTED)
         .expect("grant");
     let (mut reads, mut writers, mut destroyers) = (0, 0, 0);
     for tool in registry.tools_in("team-a") {
@@ -144,7 +144,7 @@ fn a_grant_selects_every_tool_of_a_server_by_its_label_beyond_the_name_limit() {
     let count = github[0].1.len();
     assert!(count > 100, "{count}");
     let view_size = |server: &str| {
-        let (mut docs, _) = toolgate_core::eval::imported_servers(
+        let (mut docs, _) = toolgate_review::eval::imported_servers(
             &github,
             "team-a",
             &principal,

@@ -9,7 +9,7 @@
 //! What a definition says is kept: its schema byte for byte (the model is shown the same
 //! thing), its name where it is a valid object name, its description as the summary. What it
 //! does not say is taken conservatively: definitions carry no annotations, so every tool is a
-//! writer of an outside system nobody said is safe ([`crate::mcp::calibrate`]): an approval on
+//! writer of an outside system nobody said is safe ([`toolgate_core::mcp::calibrate`]): an approval on
 //! every call from the team's own definitions; from a third party, L5 with a second approver.
 
 use serde_json::Value;
@@ -18,7 +18,7 @@ use toolgate_crds::{
     TrustLevel,
 };
 
-use crate::mcp::{ListError, Normalized, Refused, ServerConfig};
+use toolgate_core::mcp::{ListError, Normalized, Refused, ServerConfig};
 
 /// Where imported tools run and how far they are believed.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +52,7 @@ pub struct Definition {
 /// Every definition of a file: a JSON array, an object with `tools`, or one definition. A
 /// definition that is not one of the three shapes is refused with why; the others are kept.
 pub fn parse_definitions(text: &str) -> Result<Vec<Result<Definition, Refused>>, ListError> {
-    if text.len() > crate::mcp::MAX_LIST_BYTES {
+    if text.len() > toolgate_core::mcp::MAX_LIST_BYTES {
         return Err(ListError::TooLarge(text.len()));
     }
     let v: Value = serde_json::from_str(text).map_err(|e| ListError::NotJson(e.to_string()))?;
@@ -156,7 +156,7 @@ pub fn import(
         .iter()
         .map(|d| serde_json::json!({"name": d.name, "description": d.description, "inputSchema": d.schema}))
         .collect();
-    let (normalized, mut refused) = crate::mcp::normalize(&server, &tools);
+    let (normalized, mut refused) = toolgate_core::mcp::normalize(&server, &tools);
     let mut out = Vec::new();
     let mut taken = std::collections::BTreeSet::new();
     for n in normalized {
@@ -192,7 +192,7 @@ fn as_http(config: &ImportConfig<'_>, n: Normalized, raw: &str) -> Result<Normal
     let mut spec: ToolDescriptorSpec = n.spec;
     let name = match config.prefix {
         Some(_) => n.name,
-        None if crate::names::is_dns_subdomain(raw) => raw.to_string(),
+        None if toolgate_core::names::is_dns_subdomain(raw) => raw.to_string(),
         None => n
             .name
             .split_once('.')
@@ -204,7 +204,7 @@ fn as_http(config: &ImportConfig<'_>, n: Normalized, raw: &str) -> Result<Normal
             "--url-base: expected an http:// or https:// URL, found {base:?}"
         ));
     }
-    let url = format!("{base}/{}", crate::text::percent_encode(raw));
+    let url = format!("{base}/{}", toolgate_core::text::percent_encode(raw));
     let properties: Vec<String> = spec
         .schemas
         .input_schema
@@ -350,9 +350,12 @@ mod tests {
         // Nothing said it is safe: an approval on every call, not a deletion.
         let spec = &tools[0].spec;
         assert_eq!(spec.permissions.approval_policy, ApprovalPolicy::Always);
-        assert_eq!(crate::risk::descriptor_tier(spec), RiskTier::L4);
+        assert_eq!(toolgate_core::risk::descriptor_tier(spec), RiskTier::L4);
         let (third, _) = import(&config(TrustLevel::ThirdParty), &defs);
-        assert_eq!(crate::risk::descriptor_tier(&third[0].spec), RiskTier::L5);
+        assert_eq!(
+            toolgate_core::risk::descriptor_tier(&third[0].spec),
+            RiskTier::L5
+        );
     }
 
     #[test]

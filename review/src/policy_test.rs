@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_crds::{ActionType, CallTarget, DecisionOutcome, ToolCallSpec};
 
-use crate::args::ArgsLimits;
-use crate::decision::{CallUnderReview, Decision, decide_in};
-use crate::principal::Principal;
-use crate::registry::Registry;
+use toolgate_core::args::ArgsLimits;
+use toolgate_core::decision::{CallUnderReview, Decision, decide_in};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
 
-/// The file name ending that marks a policy test table (manifest loaders skip these files).
-pub const SUFFIX: &str = ".policytest.yaml";
+/// The file name ending that marks a policy test table.
+pub use toolgate_core::manifest::POLICY_TEST_SUFFIX as SUFFIX;
 
 /// A table of cases.
 #[derive(Debug, Clone, Deserialize)]

@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use toolgate_crds::{ActionType, RiskTier};
 
-use crate::principal::Principal;
-use crate::registry::Registry;
-use crate::view::{ApprovalHint, ViewRequest, compile_view};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
+use toolgate_core::view::{ApprovalHint, ViewRequest, compile_view};
 
 /// One prompt: an intent, the tools it needs, the tools it must never be shown.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -123,7 +123,7 @@ pub fn imported_servers(
     namespace: &str,
     principal: &Principal,
     trust: toolgate_crds::TrustLevel,
-) -> (Vec<crate::manifest::RawManifest>, Vec<String>) {
+) -> (Vec<toolgate_core::manifest::RawManifest>, Vec<String>) {
     use serde_json::json;
     let mut docs = Vec::new();
     let mut refused = Vec::new();
@@ -133,7 +133,7 @@ pub fn imported_servers(
     let mut scopes = Vec::new();
     let command = ["mcp-server".to_string()];
     for (server, tools) in lists {
-        let config = crate::mcp::ServerConfig {
+        let config = toolgate_core::mcp::ServerConfig {
             name: server,
             trust,
             namespace,
@@ -144,17 +144,17 @@ pub fn imported_servers(
             sandbox_policy: IMPORTED,
             version: None,
         };
-        let (normalized, bad) = crate::mcp::normalize(&config, tools);
+        let (normalized, bad) = toolgate_core::mcp::normalize(&config, tools);
         refused.extend(bad.into_iter().map(|r| format!("{server}: refused {r}")));
         for (i, t) in normalized.into_iter().enumerate() {
             scopes.extend(t.spec.permissions.required_scopes.iter().cloned());
             // A tool that writes locally (L2) also needs the workspace-write scope.
-            if crate::risk::descriptor_tier(&t.spec) == toolgate_crds::RiskTier::L2 {
-                scopes.push(crate::decision::WORKSPACE_WRITE_SCOPE.to_string());
+            if toolgate_core::risk::descriptor_tier(&t.spec) == toolgate_crds::RiskTier::L2 {
+                scopes.push(toolgate_core::decision::WORKSPACE_WRITE_SCOPE.to_string());
             }
-            let digest = crate::digest::descriptor_digest(&t.spec).unwrap_or_default();
-            docs.push(crate::manifest::RawManifest {
-                origin: crate::manifest::Origin {
+            let digest = toolgate_core::digest::descriptor_digest(&t.spec).unwrap_or_default();
+            docs.push(toolgate_core::manifest::RawManifest {
+                origin: toolgate_core::manifest::Origin {
                     source: format!("{server} (imported tools/list)"),
                     document: i,
                 },
@@ -164,8 +164,8 @@ pub fn imported_servers(
                     "metadata": {
                         "name": t.name,
                         "namespace": namespace,
-                        "labels": {crate::mcp::SERVER_LABEL: server},
-                        "annotations": {crate::findings::poisoning::REVIEWED_ANNOTATION: digest},
+                        "labels": {toolgate_core::mcp::SERVER_LABEL: server},
+                        "annotations": {toolgate_core::findings::poisoning::REVIEWED_ANNOTATION: digest},
                     },
                     "spec": t.spec,
                 }),
@@ -178,11 +178,11 @@ pub fn imported_servers(
         Some((ns, name)) => json!({"kind": "ServiceAccount", "name": name, "namespace": ns}),
         None => json!({"kind": "User", "name": principal.name}),
     };
-    let origin = |document| crate::manifest::Origin {
+    let origin = |document| toolgate_core::manifest::Origin {
         source: "imported tools/list".into(),
         document,
     };
-    docs.push(crate::manifest::RawManifest {
+    docs.push(toolgate_core::manifest::RawManifest {
         origin: origin(0),
         value: json!({
             "apiVersion": "toolgate.dev/v1alpha1",
@@ -197,7 +197,7 @@ pub fn imported_servers(
             },
         }),
     });
-    docs.push(crate::manifest::RawManifest {
+    docs.push(toolgate_core::manifest::RawManifest {
         origin: origin(1),
         value: json!({
             "apiVersion": "toolgate.dev/v1alpha1",
@@ -310,7 +310,7 @@ struct Offered {
 }
 
 impl Offered {
-    fn of(t: &crate::view::ExposedTool) -> Self {
+    fn of(t: &toolgate_core::view::ExposedTool) -> Self {
         Offered {
             name: t.name.clone(),
             tier: t.tier,
@@ -325,7 +325,7 @@ impl Offered {
 pub enum Ranker {
     /// toolgate's views.
     Toolgate,
-    /// Plain BM25 over name and description of the same tools ([`crate::rank::bm25_baseline`]).
+    /// Plain BM25 over name and description of the same tools ([`toolgate_core::rank::bm25_baseline`]).
     Bm25,
 }
 
@@ -369,7 +369,7 @@ pub fn evaluate_with(
     now: jiff::Timestamp,
 ) -> Report {
     let failures = BTreeMap::new();
-    let usage = crate::registry::GrantUsages::default();
+    let usage = toolgate_core::registry::GrantUsages::default();
     let mut tools: BTreeMap<String, ToolScore> = BTreeMap::new();
     let mut results = Vec::new();
     for p in prompts {
@@ -407,7 +407,7 @@ pub fn evaluate_with(
                         format!("{} {summary}", t.canonical_name)
                     })
                     .collect();
-                let scores = crate::rank::bm25_baseline(&documents, &p.intent);
+                let scores = toolgate_core::rank::bm25_baseline(&documents, &p.intent);
                 let mut order: Vec<usize> =
                     (0..documents.len()).filter(|&i| scores[i] > 0.0).collect();
                 order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
@@ -526,13 +526,17 @@ fn measure(registry: &Registry, p: &Prompt, namespace: &str, offered: &[Offered]
         .map(|t| t.name.clone())
         .collect();
     let read_intent = match p.action_type {
-        Some(a) => crate::rank::declared_action(a) == crate::rank::IntentAction::Read,
-        None => crate::rank::intent_action(&p.intent) == crate::rank::IntentAction::Read,
+        Some(a) => {
+            toolgate_core::rank::declared_action(a) == toolgate_core::rank::IntentAction::Read
+        }
+        None => {
+            toolgate_core::rank::intent_action(&p.intent) == toolgate_core::rank::IntentAction::Read
+        }
     };
     let destructive_offered = offered.iter().any(|t| {
         registry
             .tool(namespace, &t.name)
-            .is_some_and(|r| crate::rank::destroys(&r.spec))
+            .is_some_and(|r| toolgate_core::rank::destroys(&r.spec))
     });
     PromptResult {
         source: p.source.clone(),

@@ -8,9 +8,9 @@ use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_crds::{RiskTier, SubjectKind};
 
-use crate::decision::{approval_needed, authorize_principal};
-use crate::principal::Principal;
-use crate::registry::Registry;
+use toolgate_core::decision::{approval_needed, authorize_principal};
+use toolgate_core::principal::Principal;
+use toolgate_core::registry::Registry;
 
 /// What a principal can do with a tool, as a decision would say for valid args.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -272,7 +272,7 @@ pub struct RuleChange {
 /// Every Cedar rule that differs between two policy folders, by namespace and id.
 pub fn rule_changes(old: &Registry, new: &Registry) -> Vec<RuleChange> {
     use std::collections::BTreeMap;
-    let rules = |r: &Registry| -> BTreeMap<(String, String), crate::cedar::Rule> {
+    let rules = |r: &Registry| -> BTreeMap<(String, String), toolgate_core::cedar::Rule> {
         r.all_tool_policies()
             .flat_map(|(ns, p)| {
                 p.rules()
@@ -385,7 +385,7 @@ pub struct ReplayDecision {
 /// against the tools' current versions (their pinned digests are not compared), without
 /// approvals, dry runs or budgets (the recorded ones belong to the past).
 pub fn replay(old: &Registry, new: &Registry, calls: &[RecordedCall]) -> Vec<ReplayChange> {
-    use crate::decision::{CallUnderReview, decide_in};
+    use toolgate_core::decision::{CallUnderReview, decide_in};
     let decide = |r: &Registry, c: &RecordedCall, spec: &toolgate_crds::ToolCallSpec| {
         let principal =
             Principal::new(spec.principal.clone()).with_groups(spec.principal_groups.clone());
@@ -402,10 +402,10 @@ pub fn replay(old: &Registry, new: &Registry, calls: &[RecordedCall]) -> Vec<Rep
             },
             &[],
             c.decided_at,
-            &crate::args::ArgsLimits::default(),
+            &toolgate_core::args::ArgsLimits::default(),
         )
     };
-    let side = |d: &crate::decision::Decision| {
+    let side = |d: &toolgate_core::decision::Decision| {
         let last = d.reasons.last();
         ReplayDecision {
             outcome: crate::policy_test::outcome_name(d.outcome),
