@@ -329,7 +329,7 @@ fn semantic_rules() {
             )
         }),
         "example-args-invalid",
-        "spec.description.examples[0].expectedArgs",
+        "spec.description.examples[0].expectedArgs.text",
     );
     let f = expect_one(
         mutate("ToolDescriptor", "file.delete", |v| {

@@ -455,28 +455,12 @@ fn input_schema(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
                 return;
             }
             for (i, ex) in d.description.examples.iter().enumerate() {
-                for v in crate::args::validate_args(
+                out.extend(super::args_findings(
                     &d.schemas.input_schema,
                     &ex.expected_args,
-                    &crate::args::ArgsLimits::default(),
-                )
-                .violations
-                {
-                    out.push((
-                        Severity::Error,
-                        format!("spec.description.examples[{i}].expectedArgs"),
-                        "example-args-invalid",
-                        format!(
-                            "{} at {}",
-                            v.message,
-                            if v.pointer.is_empty() {
-                                "/"
-                            } else {
-                                &v.pointer
-                            }
-                        ),
-                    ));
-                }
+                    &format!("spec.description.examples[{i}].expectedArgs"),
+                    "example-args-invalid",
+                ));
             }
         }
     }

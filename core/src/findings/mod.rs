@@ -47,3 +47,26 @@ pub fn join_path(base: &str, field: &str) -> String {
         (false, false) => format!("{base}{seg}"),
     }
 }
+
+/// The ways `args` break `schema`, as findings coded `code` at the field each names under
+/// `base` (`spec.args.path`): a call's args and a descriptor's example args are checked alike.
+pub fn args_findings(
+    schema: &serde_json::Value,
+    args: &serde_json::Value,
+    base: &str,
+    code: &'static str,
+) -> Vec<Local> {
+    crate::args::validate_args(schema, args, &crate::args::ArgsLimits::default())
+        .violations
+        .into_iter()
+        .map(|v| {
+            let field = v.pointer.trim_start_matches('/').replace('/', ".");
+            let at = if field.is_empty() {
+                base.to_string()
+            } else {
+                join_path(base, &field)
+            };
+            (Severity::Error, at, code, v.message)
+        })
+        .collect()
+}

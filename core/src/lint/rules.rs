@@ -154,21 +154,12 @@ pub(super) fn check_objects(
                             ),
                         ));
                     }
-                    for v in crate::args::validate_args(
+                    local.extend(crate::findings::args_findings(
                         &d.schemas.input_schema,
                         &c.args,
-                        &crate::args::ArgsLimits::default(),
-                    )
-                    .violations
-                    {
-                        local.push((
-                            Severity::Error,
-                            join_path("spec.args", v.pointer.trim_start_matches('/'))
-                                .replace('/', "."),
-                            "args-invalid",
-                            v.message,
-                        ));
-                    }
+                        "spec.args",
+                        "args-invalid",
+                    ));
                     if let (Some(pinned), Ok(current)) =
                         (&c.tool_ref.digest, digest::descriptor_digest(d))
                         && *pinned != current
