@@ -54,10 +54,12 @@ pub async fn children(
     ns: &str,
     parent: &str,
 ) -> Result<Vec<ToolCall>, kube::Error> {
-    let mut calls = Api::<ToolCall>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{PARENT_LABEL}={parent}")))
-        .await?
-        .items;
+    let mut calls: Vec<ToolCall> = crate::kit::list_readable(
+        client,
+        ns,
+        &ListParams::default().labels(&format!("{PARENT_LABEL}={parent}")),
+    )
+    .await?;
     calls.retain(|c| {
         c.spec
             .delegation

@@ -25,6 +25,17 @@ pub struct Context {
     pub client: Client,
     /// Consecutive failures per descriptor, for its backoff.
     pub failures: kit::Failures,
+    /// Where reconciles are counted.
+    pub metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// Apply descriptors a parent object generated (an McpServer's discovered tools, a Skill's
@@ -56,8 +67,9 @@ pub async fn apply_owned(
             .await?;
         names.push(name);
     }
+    // Names only: one descriptor that does not deserialize is still removed when it is stale.
     for d in descriptors
-        .list(&ListParams::default().labels(&format!("{}={}", label.0, label.1)))
+        .list_metadata(&ListParams::default().labels(&format!("{}={}", label.0, label.1)))
         .await?
     {
         if !names.contains(&d.name_any()) {
@@ -198,14 +210,10 @@ async fn reconcile(td: Arc<ToolDescriptor>, ctx: Arc<Context>) -> Result<Action,
     let ns = td
         .namespace()
         .ok_or_else(|| Error::NoNamespace(td.name_any()))?;
-    let sandboxes = Api::<SandboxPolicy>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let bindings = Api::<CredentialBinding>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let sandboxes: Vec<SandboxPolicy> =
+        crate::kit::list_readable(&ctx.client, &ns, &ListParams::default()).await?;
+    let bindings: Vec<CredentialBinding> =
+        crate::kit::list_readable(&ctx.client, &ns, &ListParams::default()).await?;
     let status = desired_status(&td, &sandboxes, &bindings, jiff::Timestamp::now());
     let api = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns);
     if kit::apply_status_if_changed(&api, &td.name_any(), td.status.as_ref(), &status).await? {
@@ -218,7 +226,7 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolDescriptor>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+    kit::reconcile_guarded(guard, ctx, reconcile).await
 }
 
 fn error_policy(
@@ -230,7 +238,7 @@ fn error_policy(
 }
 
 /// Run the controller until the stream ends (shutdown).
-pub async fn run(client: Client, scope: crate::scope::Scope) {
+pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
     let descriptors = scope.api::<DeserializeGuard<ToolDescriptor>>(&client);
     let controller = Controller::new(descriptors, watcher::Config::default());
     let store = controller.store();
@@ -267,6 +275,7 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
             Arc::new(Context {
                 client,
                 failures: Default::default(),
+                metrics,
             }),
         )
         .for_each(|_| futures::future::ready(()))

@@ -22,6 +22,17 @@ pub struct Context {
     pub client: Client,
     /// Consecutive failures per grant, for its backoff.
     pub failures: kit::Failures,
+    /// Where reconciles are counted.
+    pub metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// The status a grant should have at `now`, and when to look again.
@@ -149,7 +160,7 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolGrant>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+    kit::reconcile_guarded(guard, ctx, reconcile).await
 }
 
 fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -157,7 +168,7 @@ fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, ctx: Arc<Con
 }
 
 /// Run the controller until shutdown.
-pub async fn run(client: Client, scope: crate::scope::Scope) {
+pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
     Controller::new(
         scope.api::<DeserializeGuard<ToolGrant>>(&client),
         watcher::Config::default(),
@@ -169,6 +180,7 @@ pub async fn run(client: Client, scope: crate::scope::Scope) {
         Arc::new(Context {
             client,
             failures: Default::default(),
+            metrics,
         }),
     )
     .for_each(|_| futures::future::ready(()))

@@ -1,7 +1,7 @@
 //! What every controller of the operator does the same way, written once: the field manager its
 //! writes carry, `DeserializeGuard` on every watch (one object that does not deserialize — an old
 //! field, a hand-edited status — is logged and left until it changes, and never stalls the watch
-//! the controller's other objects arrive on), per-object exponential backoff after a failure, a
+//! the controller's other objects arrive on) and on every list ([`list_readable`]), per-object exponential backoff after a failure, a
 //! category on every failure (its log field, metric label and Event reason), and status applied
 //! only when it says something new.
 
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::Action;
 
@@ -86,6 +86,28 @@ pub fn retry<K: Resource<DynamicType = ()>>(
     Action::requeue(delay)
 }
 
+/// Every object of a namespace `params` selects that deserializes: one that does not is logged
+/// and left out, where a plain list would fail whole and take every other object with it.
+pub async fn list_readable<K>(
+    client: &kube::Client,
+    ns: &str,
+    params: &ListParams,
+) -> Result<Vec<K>, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Ok(Api::<DeserializeGuard<K>>::namespaced(client.clone(), ns)
+        .list(params)
+        .await?
+        .items
+        .iter()
+        .filter_map(|g| valid(g).map(Arc::unwrap_or_clone))
+        .collect())
+}
+
 /// The object a guard holds, or `None` (logged) for one that did not deserialize.
 pub fn valid<K: Resource<DynamicType = ()> + Clone>(guard: &DeserializeGuard<K>) -> Option<Arc<K>> {
     match &guard.0 {
@@ -103,25 +125,44 @@ pub fn valid<K: Resource<DynamicType = ()> + Clone>(guard: &DeserializeGuard<K>)
     }
 }
 
-/// Reconcile what a guard holds with `reconcile` (an object that does not deserialize waits for
-/// a change), and clear the object's failures when it succeeds.
+/// What the kit needs of a controller's context: the object's failures in a row (its
+/// backoff) and the metrics every reconcile is counted in.
+pub trait Reconciles {
+    /// Consecutive failures per object.
+    fn failures(&self) -> &Failures;
+    /// Where reconcile durations and errors are counted.
+    fn metrics(&self) -> &crate::ops::Metrics;
+}
+
+/// Reconcile what a guard holds with `reconcile`: an object that does not deserialize waits for
+/// a change (counted as `InvalidObject`); every reconcile is timed in
+/// `toolgate_reconcile_duration_seconds` and every failure counted by category in
+/// `toolgate_reconcile_errors_total`, the controller named by its kind (`tooldescriptor`); a
+/// success clears the object's failures.
 pub async fn reconcile_guarded<K, C, E, F, Fut>(
     guard: Arc<DeserializeGuard<K>>,
     ctx: Arc<C>,
-    failures: impl Fn(&C) -> &Failures,
     reconcile: F,
 ) -> Result<Action, E>
 where
     K: Resource<DynamicType = ()> + Clone,
+    C: Reconciles,
+    E: Categorized,
     F: FnOnce(Arc<K>, Arc<C>) -> Fut,
     Fut: std::future::Future<Output = Result<Action, E>>,
 {
+    let controller = K::kind(&()).to_lowercase();
     let Some(object) = valid(&guard) else {
+        ctx.metrics().error(&controller, "InvalidObject");
         return Ok(Action::await_change());
     };
+    let began = std::time::Instant::now();
     let result = reconcile(object, ctx.clone()).await;
-    if result.is_ok() {
-        failures(&ctx).succeeded(&*guard);
+    ctx.metrics()
+        .observe(&controller, result.is_ok(), began.elapsed());
+    match &result {
+        Ok(_) => ctx.failures().succeeded(&*guard),
+        Err(e) => ctx.metrics().error(&controller, e.category()),
     }
     result
 }

@@ -285,7 +285,7 @@ async fn run(args: Args, mut config: call::CallConfig) -> anyhow::Result<()> {
     let scope = scope::Scope(args.namespace.clone());
     if let Err(e) = scope
         .api::<ToolDescriptor>(&client)
-        .list(&ListParams::default().limit(1))
+        .list_metadata(&ListParams::default().limit(1))
         .await
     {
         anyhow::bail!(
@@ -327,9 +327,14 @@ async fn run(args: Args, mut config: call::CallConfig) -> anyhow::Result<()> {
     }
     tracing::info!("toolgate-operator started");
     tokio::join!(
-        descriptor::run(client.clone(), scope.clone()),
-        grant::run(client.clone(), scope.clone()),
-        readiness::run(client.clone(), config.broker.clone(), scope.clone()),
+        descriptor::run(client.clone(), scope.clone(), metrics.clone()),
+        grant::run(client.clone(), scope.clone(), metrics.clone()),
+        readiness::run(
+            client.clone(),
+            config.broker.clone(),
+            scope.clone(),
+            metrics.clone()
+        ),
         mcp_server::run(
             client.clone(),
             config.broker.clone(),
@@ -340,10 +345,11 @@ async fn run(args: Args, mut config: call::CallConfig) -> anyhow::Result<()> {
                 artifact_secret: config.artifact_secret.clone(),
                 artifact_egress: config.artifact_egress.clone(),
                 egress_gate: config.egress_gate.clone(),
-            }
+            },
+            metrics.clone()
         ),
-        tool_policy::run(client.clone(), scope.clone()),
-        skill::run(client.clone(), scope.clone()),
+        tool_policy::run(client.clone(), scope.clone(), metrics.clone()),
+        skill::run(client.clone(), scope.clone(), metrics.clone()),
         call::run(
             client,
             config,

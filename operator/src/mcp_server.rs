@@ -73,6 +73,17 @@ pub struct Context {
     pub pods: Pods,
     /// Consecutive failures per server, for its backoff.
     pub failures: kit::Failures,
+    /// Where reconciles are counted.
+    pub metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// Why a reconcile failed (the readiness controllers' failures); retried with backoff.
@@ -336,7 +347,7 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     // The namespace's descriptors this server does not own: none is replaced by one of its tools.
     let taken: std::collections::BTreeSet<String> =
         Api::<toolgate_crds::ToolDescriptor>::namespaced(ctx.client.clone(), &ns)
-            .list(&ListParams::default())
+            .list_metadata(&ListParams::default())
             .await?
             .into_iter()
             .filter(|d| d.metadata.labels.as_ref().and_then(|l| l.get(SERVER_LABEL)) != Some(&name))
@@ -435,7 +446,7 @@ async fn guarded(
     guard: Arc<DeserializeGuard<McpServer>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+    kit::reconcile_guarded(guard, ctx, reconcile).await
 }
 
 fn error_policy(
@@ -452,12 +463,14 @@ pub async fn run(
     broker: Arc<dyn CredentialBroker>,
     scope: crate::scope::Scope,
     pods: Pods,
+    metrics: Arc<crate::ops::Metrics>,
 ) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         broker,
         pods,
         failures: Default::default(),
+        metrics,
         recorder: Recorder::new(
             client.clone(),
             Reporter {

@@ -1,7 +1,7 @@
 //! A namespace's policy objects as the core's lifecycle reads them, from the shared caches
 //! (the cache module) or fresh from the API server.
 
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use kube::{Client, ResourceExt};
 use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
@@ -26,16 +26,12 @@ pub(crate) struct Namespace {
 /// Every object of a kind in the namespace, from the API server.
 async fn list_all<K>(client: &Client, ns: &str) -> Result<Vec<K>, kube::Error>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
-    K::DynamicType: Default,
 {
-    Ok(Api::<K>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items)
+    crate::kit::list_readable(client, ns, &ListParams::default()).await
 }
 
 /// The succeeded dry runs of a tool in a namespace, by field selector (the ToolCall CRD makes
@@ -46,10 +42,7 @@ pub(crate) async fn dry_runs(
     tool: &str,
 ) -> Result<Vec<ToolCall>, kube::Error> {
     let selector = format!("spec.toolRef.name={tool},spec.dryRun=true,status.phase=Succeeded");
-    Ok(Api::<ToolCall>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().fields(&selector))
-        .await?
-        .items)
+    crate::kit::list_readable(client, ns, &ListParams::default().fields(&selector)).await
 }
 
 /// The namespace's policy objects read fresh from the API server (the caches' fallback).

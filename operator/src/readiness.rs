@@ -27,6 +27,17 @@ pub struct Context {
     pub broker: Arc<dyn CredentialBroker>,
     /// Consecutive failures per object, for its backoff.
     pub failures: kit::Failures,
+    /// Where reconciles are counted.
+    pub metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// The Ready condition, keeping the transition time when the status did not change.
@@ -246,14 +257,14 @@ async fn policy_guarded(
     guard: Arc<DeserializeGuard<SandboxPolicy>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile_policy).await
+    kit::reconcile_guarded(guard, ctx, reconcile_policy).await
 }
 
 async fn binding_guarded(
     guard: Arc<DeserializeGuard<CredentialBinding>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile_binding).await
+    kit::reconcile_guarded(guard, ctx, reconcile_binding).await
 }
 
 fn error_policy<K: kube::Resource<DynamicType = ()>>(
@@ -265,11 +276,17 @@ fn error_policy<K: kube::Resource<DynamicType = ()>>(
 }
 
 /// Run both readiness controllers until shutdown.
-pub async fn run(client: Client, broker: Arc<dyn CredentialBroker>, scope: crate::scope::Scope) {
+pub async fn run(
+    client: Client,
+    broker: Arc<dyn CredentialBroker>,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::ops::Metrics>,
+) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         broker,
         failures: Default::default(),
+        metrics,
     });
     let policies = Controller::new(
         scope.api::<DeserializeGuard<SandboxPolicy>>(&client),

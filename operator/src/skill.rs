@@ -111,6 +111,17 @@ pub struct Context {
     pub recorder: Recorder,
     /// Consecutive failures per skill, for its backoff.
     pub failures: kit::Failures,
+    /// Where reconciles are counted.
+    pub metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// Why a reconcile failed (the readiness controllers' failures); retried with backoff.
@@ -233,7 +244,7 @@ async fn reconcile(skill: Arc<Skill>, ctx: Arc<Context>) -> Result<Action, Error
 }
 
 async fn guarded(guard: Arc<DeserializeGuard<Skill>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+    kit::reconcile_guarded(guard, ctx, reconcile).await
 }
 
 fn error_policy(guard: Arc<DeserializeGuard<Skill>>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -242,10 +253,11 @@ fn error_policy(guard: Arc<DeserializeGuard<Skill>>, error: &Error, ctx: Arc<Con
 
 /// Run the Skill controller until shutdown: a Skill is read when it changes, when a ConfigMap
 /// labelled [`SKILL_LABEL`] changes, and every [`REREAD`].
-pub async fn run(client: Client, scope: crate::scope::Scope) {
+pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Default::default(),
+        metrics,
         recorder: Recorder::new(
             client.clone(),
             Reporter {

@@ -25,6 +25,17 @@ use crate::readiness::{Error, apply_status, ready};
 struct Context {
     client: Client,
     failures: kit::Failures,
+    /// Where reconciles are counted.
+    metrics: Arc<crate::ops::Metrics>,
+}
+
+impl kit::Reconciles for Context {
+    fn failures(&self) -> &kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// The problems of one ToolPolicy against the namespace's descriptors, and its policy count.
@@ -56,10 +67,8 @@ async fn reconcile(p: Arc<ToolPolicy>, ctx: Arc<Context>) -> Result<Action, Erro
         kind: "ToolPolicy",
         name: p.name_any(),
     })?;
-    let descriptors = Api::<ToolDescriptor>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let descriptors: Vec<ToolDescriptor> =
+        crate::kit::list_readable(&ctx.client, &ns, &ListParams::default()).await?;
     let (problems, count) = check(&p, &descriptors);
     let previous = p
         .status
@@ -106,7 +115,7 @@ async fn guarded(
     guard: Arc<DeserializeGuard<ToolPolicy>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    kit::reconcile_guarded(guard, ctx, |c| &c.failures, reconcile).await
+    kit::reconcile_guarded(guard, ctx, reconcile).await
 }
 
 fn error_policy(p: Arc<DeserializeGuard<ToolPolicy>>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -114,10 +123,11 @@ fn error_policy(p: Arc<DeserializeGuard<ToolPolicy>>, error: &Error, ctx: Arc<Co
 }
 
 /// Run the ToolPolicy controller until shutdown.
-pub async fn run(client: Client, scope: crate::scope::Scope) {
+pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Default::default(),
+        metrics,
     });
     let controller = Controller::new(
         scope.api::<DeserializeGuard<ToolPolicy>>(&client),

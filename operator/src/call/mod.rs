@@ -184,10 +184,8 @@ pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<
     let ns = call
         .namespace()
         .ok_or_else(|| Error::NoNamespace(call.name_any()))?;
-    let this = call.clone();
-    let began = std::time::Instant::now();
     let api = Api::<ToolCall>::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, call, |event| async {
+    finalizer(&api, FINALIZER, call, |event| async {
         match event {
             Finalizer::Apply(call) => advance(&call, &ctx, &ns).await,
             Finalizer::Cleanup(call) => {
@@ -205,14 +203,7 @@ pub(crate) async fn reconcile(call: Arc<ToolCall>, ctx: Arc<Context>) -> Result<
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .observe("toolcall", result.is_ok(), began.elapsed());
-    match &result {
-        Ok(_) => ctx.failures.succeeded(&*this),
-        Err(e) => ctx.metrics.error("toolcall", e.category()),
-    }
-    result
+    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// A watched object that does not deserialize never wedges the controller: it is logged and
@@ -221,11 +212,16 @@ async fn reconcile_guarded(
     guard: Arc<DeserializeGuard<ToolCall>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let Some(call) = crate::kit::valid(&guard) else {
-        ctx.metrics.error("toolcall", "InvalidObject");
-        return Ok(Action::await_change());
-    };
-    reconcile(call, ctx).await
+    crate::kit::reconcile_guarded(guard, ctx, reconcile).await
+}
+
+impl crate::kit::Reconciles for Context {
+    fn failures(&self) -> &crate::kit::Failures {
+        &self.failures
+    }
+    fn metrics(&self) -> &crate::ops::Metrics {
+        &self.metrics
+    }
 }
 
 /// How often a call waiting for a dry run looks for one.
@@ -373,12 +369,16 @@ pub async fn run(
             watcher::Config::default().labels(build::CALL_LABEL),
         )
         // Through the shared caches' streams: a reconcile they trigger sees the change.
-        .watches_shared_stream(subscriptions.approvals, |a| {
+        .watches_shared_stream(subscriptions.approvals, |guard| {
+            let a = guard.0.as_ref().ok()?;
             a.namespace().map(|ns| {
                 ObjectRef::<DeserializeGuard<ToolCall>>::new(&a.spec.call_ref.name).within(&ns)
             })
         })
-        .watches_shared_stream(subscriptions.descriptors, move |td| {
+        .watches_shared_stream(subscriptions.descriptors, move |guard| {
+            let Ok(td) = guard.0.as_ref() else {
+                return Vec::new();
+            };
             by_descriptor
                 .state()
                 .into_iter()
