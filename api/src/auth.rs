@@ -16,6 +16,9 @@ pub struct Caller {
     pub principal: Principal,
     /// Namespaces where the caller may approve, deny and inspect others' calls.
     pub approver_in: Vec<String>,
+    /// Namespaces where the caller may read others' calls without answering for them (an
+    /// auditor, a dashboard, or an agent's team: RBAC's `get toolcalls` on a cluster).
+    pub reader_in: Vec<String>,
     /// Set when the caller is a subagent acting with a delegation token: the delegation its
     /// calls belong to.
     pub delegation: Option<toolgate_crds::CallDelegation>,
@@ -28,6 +31,7 @@ impl Caller {
         Caller {
             principal: Principal::new(toolgate_core::delegation::principal(namespace, call)),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: Some(toolgate_crds::CallDelegation {
                 parent_call: call.to_string(),
                 delegator: spec.principal.clone(),
@@ -54,6 +58,11 @@ impl Caller {
     pub fn approves_in(&self, namespace: &str) -> bool {
         self.approver_in.iter().any(|n| n == namespace || n == "*")
     }
+
+    /// Whether the caller may read others' calls in `namespace`: a reader or an approver there.
+    pub fn reads_in(&self, namespace: &str) -> bool {
+        self.approves_in(namespace) || self.reader_in.iter().any(|n| n == namespace || n == "*")
+    }
 }
 
 /// Turns a bearer token into a caller: a local tokens file, or Kubernetes TokenReview.
@@ -73,9 +82,11 @@ struct TokenEntry {
     groups: Vec<String>,
     #[serde(default)]
     approver_in: Vec<String>,
+    #[serde(default)]
+    reader_in: Vec<String>,
 }
 
-/// A tokens file: a YAML list of `{token, principal, groups, approverIn}`. Tokens are kept only
+/// A tokens file: a YAML list of `{token, principal, groups, approverIn, readerIn}`. Tokens are kept only
 /// as SHA-256 digests in memory and looked up by digest.
 #[derive(Debug, Default)]
 pub struct TokenFile {
@@ -109,7 +120,7 @@ impl TokenFile {
     /// Parse the YAML text of a tokens file.
     pub fn parse(text: &str) -> Result<Self, String> {
         let entries: Vec<TokenEntry> = serde_norway::from_str(text).map_err(|e| {
-            format!("expected a list of {{token, principal, groups, approverIn}}: {e}")
+            format!("expected a list of {{token, principal, groups, approverIn, readerIn}}: {e}")
         })?;
         let mut by_digest = HashMap::new();
         for (i, e) in entries.into_iter().enumerate() {
@@ -123,6 +134,7 @@ impl TokenFile {
                 delegation: None,
                 principal: Principal::new(e.principal).with_groups(e.groups),
                 approver_in: e.approver_in,
+                reader_in: e.reader_in,
             };
             if by_digest.insert(digest(&e.token), caller).is_some() {
                 return Err(format!("[{i}].token: the same token appears twice"));
@@ -158,14 +170,21 @@ mod tests {
     #[test]
     fn tokens_map_to_principals() {
         let f = TokenFile::parse(
-            "- {token: aaaaaaaaaaaaaaaaaaaa, principal: 'system:serviceaccount:team-a:fixer'}\n- {token: bbbbbbbbbbbbbbbbbbbb, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}\n",
+            "- {token: aaaaaaaaaaaaaaaaaaaa, principal: 'system:serviceaccount:team-a:fixer'}\n- {token: bbbbbbbbbbbbbbbbbbbb, principal: alice@example.com, groups: [team-a-reviewers], approverIn: [team-a]}\n- {token: cccccccccccccccccccc, principal: audit@example.com, readerIn: [team-a]}\n",
         )
         .expect("parsed");
         let fixer = f.lookup("aaaaaaaaaaaaaaaaaaaa").expect("fixer");
         assert_eq!(fixer.name(), "system:serviceaccount:team-a:fixer");
-        assert!(!fixer.approves_in("team-a"));
+        assert!(!fixer.approves_in("team-a") && !fixer.reads_in("team-a"));
         let alice = f.lookup("bbbbbbbbbbbbbbbbbbbb").expect("alice");
         assert!(alice.approves_in("team-a") && !alice.approves_in("team-b"));
+        assert!(
+            alice.reads_in("team-a"),
+            "an approver reads what she approves"
+        );
+        let audit = f.lookup("cccccccccccccccccccc").expect("audit");
+        assert!(audit.reads_in("team-a") && !audit.reads_in("team-b"));
+        assert!(!audit.approves_in("team-a"), "a reader answers for nothing");
         assert!(f.lookup("nope").is_none());
     }
 

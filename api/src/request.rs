@@ -292,6 +292,7 @@ mod properties {
         Caller {
             principal: Principal::new("system:serviceaccount:team-a:fixer"),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: None,
         }
     }
@@ -301,6 +302,7 @@ mod properties {
         let caller = Caller {
             principal: Principal::new("alice@example.com").with_groups(["team-a-reviewers"]),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: None,
         };
         let req = pb::ProposeCallRequest {

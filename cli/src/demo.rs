@@ -296,6 +296,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         Caller {
             principal: Principal::new(FIXER),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: None,
         },
     );
@@ -304,6 +305,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         Caller {
             principal: Principal::new(REVIEWER).with_groups(["team-a-reviewers"]),
             approver_in: vec!["team-a".into()],
+            reader_in: vec![],
             delegation: None,
         },
     );

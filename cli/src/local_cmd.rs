@@ -42,7 +42,7 @@ pub struct LocalArgs {
     /// by outcome and tier, shadow forbids); off unless given.
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Bearer tokens: a YAML list of {token, principal, groups, approverIn}, mode 600
+    /// Bearer tokens: a YAML list of {token, principal, groups, approverIn, readerIn}, mode 600
     /// (default: tokens.yaml in the data folder).
     #[arg(long)]
     pub tokens: Option<PathBuf>,

@@ -3,7 +3,7 @@
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
 use toolgate_api::{ApiError, Backend, BoxStream, Caller, internal};
-use toolgate_core::lifecycle::{is_terminal, phase_name};
+use toolgate_core::lifecycle::{is_terminal, may_see, phase_name};
 use toolgate_core::principal::Principal;
 use toolgate_crds::ApprovalDecision;
 use toolgate_proto::v1 as pb;
@@ -130,14 +130,17 @@ impl Backend for Runtime {
         let page = self
             .store()
             .scan(after, size + 1, |r| {
-                (r.spec.principal == caller.name() || caller.approves_in(&r.namespace))
-                    && toolgate_api::request::list_filter_matches(
-                        &req,
-                        &r.namespace,
-                        phase_name(r.status.phase),
-                        &r.spec.tool_ref.name,
-                        &r.spec.principal,
-                    )
+                may_see(
+                    caller.name(),
+                    &r.spec.principal,
+                    caller.reads_in(&r.namespace),
+                ) && toolgate_api::request::list_filter_matches(
+                    &req,
+                    &r.namespace,
+                    phase_name(r.status.phase),
+                    &r.spec.tool_ref.name,
+                    &r.spec.principal,
+                )
             })
             .map_err(internal)?;
         Ok(toolgate_api::request::page(

@@ -13,7 +13,7 @@ use toolgate_core::approval::DryRunEntry;
 use toolgate_core::budget;
 use toolgate_core::decision::ApprovalEntry;
 use toolgate_core::lifecycle::{
-    Call, Snapshot, Step, apply, budget_move, is_terminal, phase_name, settle,
+    Call, Snapshot, Step, apply, budget_move, is_terminal, may_see, phase_name, settle,
 };
 use toolgate_core::lint::Linter;
 use toolgate_core::registry::GrantUsages;
@@ -228,7 +228,11 @@ impl Runtime {
     /// A call the caller may see.
     pub fn get(&self, caller: &Caller, id: &str) -> Result<CallRecord, ApiError> {
         let rec = self.stored(id)?;
-        if rec.spec.principal != caller.name() && !caller.approves_in(&rec.namespace) {
+        if !may_see(
+            caller.name(),
+            &rec.spec.principal,
+            caller.reads_in(&rec.namespace),
+        ) {
             // Not found rather than forbidden: ids of others' calls are not disclosed.
             return Err(ApiError::NotFound {
                 what: format!("call {id:?}"),

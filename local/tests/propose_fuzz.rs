@@ -24,6 +24,7 @@ impl Authenticator for Fixer {
         Some(Caller {
             principal: Principal::new("system:serviceaccount:team-a:fixer"),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: None,
         })
     }

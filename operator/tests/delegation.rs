@@ -237,8 +237,7 @@ fn a_delegation_on_the_cluster_lets_its_subagent_make_three_calls_in_pods() {
                     child.reasons
                 );
             }
-            let parent_name = parent.id.rsplit('/').next().unwrap_or_default();
-            assert_eq!(child.parent_call, parent_name);
+            assert_eq!(child.parent_call, parent.id);
             children.push(child.id);
         }
 

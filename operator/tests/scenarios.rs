@@ -16,17 +16,23 @@ use support::{authorized as req, have_cluster, ok, prepare, root, token_of};
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
-use toolgate_testkit::fixtures::{STANDARD_TOOLS, Tool, grant, standard_tools};
+use toolgate_testkit::fixtures::{STANDARD_TOOLS, Tool, delegation_tool, grant, standard_tools};
 
 const LOCAL_AGENT: &str = "scenario-agent-0123456789abcdef";
 const LOCAL_REVIEWER: &str = "scenario-reviewer-0123456789abcdef";
+const LOCAL_STRANGER: &str = "scenario-stranger-0123456789abcdef";
 
 /// One backend, as an agent and a reviewer reach it.
 struct Backend {
     name: &'static str,
     client: ToolgateClient<Channel>,
+    /// The agent: proposes, and reads every call of its namespace (the example RBAC's `get` on
+    /// toolcalls; `readerIn` locally) without answering for others'.
     agent: String,
+    /// An approver of the namespace, who also proposes calls of her own.
     reviewer: String,
+    /// Authenticated, and allowed nothing.
+    stranger: String,
     namespace: String,
     _keep: Box<dyn std::any::Any>,
 }
@@ -55,6 +61,24 @@ fn manifests(ns: &str) -> String {
             .yaml("team-a"),
     );
     docs.push(grant("team-a", "scenario-purge", &["test.purge"]));
+    // A tool whose grant allows one call in all.
+    docs.push(
+        Tool::test("test.metered")
+            .summary("Echo, metered.")
+            .yaml("team-a"),
+    );
+    docs.push(format!(
+        "{}  budget: {{maxCalls: 1}}\n",
+        grant("team-a", "scenario-metered", &["test.metered"])
+    ));
+    // A delegation to a subagent allowed `test.echo` once.
+    docs.push(delegation_tool("team-a", "helper.delegate", 1, 600_000));
+    docs.push(grant("team-a", "scenario-delegation", &["helper.delegate"]));
+    // The reviewer's own grant: she proposes too (and cannot approve her own calls).
+    docs.push(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ToolGrant\nmetadata: {name: scenario-reviewer, namespace: team-a}\nspec:\n  subjects: [{kind: User, name: alice@example.com}]\n  tools: {names: [test.gated]}\n  scopes: [\"workspace:read\"]\n  reason: the reviewer proposes too\n"
+            .into(),
+    );
     docs.join("\n---\n")
         .replace("namespace: team-a}", &format!("namespace: {ns}}}"))
         .replace(
@@ -86,8 +110,9 @@ async fn local() -> Backend {
     std::fs::write(
         &tokens,
         format!(
-            "- {{token: {LOCAL_AGENT}, principal: \"system:serviceaccount:team-a:fixer\"}}\n\
-             - {{token: {LOCAL_REVIEWER}, principal: alice@example.com, approverIn: [team-a]}}\n"
+            "- {{token: {LOCAL_AGENT}, principal: \"system:serviceaccount:team-a:fixer\", readerIn: [team-a]}}\n\
+             - {{token: {LOCAL_REVIEWER}, principal: alice@example.com, approverIn: [team-a]}}\n\
+             - {{token: {LOCAL_STRANGER}, principal: mallory@example.com}}\n"
         ),
     )
     .expect("tokens");
@@ -125,6 +150,7 @@ async fn local() -> Backend {
         client: support::grpc_client(&addr).await,
         agent: LOCAL_AGENT.into(),
         reviewer: LOCAL_REVIEWER.into(),
+        stranger: LOCAL_STRANGER.into(),
         namespace: "team-a".into(),
         _keep: Box::new(LocalServer(child, dir)),
     }
@@ -140,6 +166,13 @@ async fn cluster() -> Option<Backend> {
         Some(&node::on_the_node(&manifests(&ns))),
     );
     support::apply_agent_access(&ns);
+    // The reviewer proposes calls of her own in the scenario namespace.
+    ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: scenario-reviewer-proposes, namespace: {ns}}}\nrules: [{{apiGroups: [toolgate.dev], resources: [toolcalls], verbs: [create]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: scenario-reviewer-proposes, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: scenario-reviewer-proposes}}\nsubjects: [{{kind: User, apiGroup: rbac.authorization.k8s.io, name: alice@example.com}}]\n"
+        )),
+    );
     let grpc = format!("127.0.0.1:{}", support::free_port());
     let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
@@ -149,6 +182,7 @@ async fn cluster() -> Option<Backend> {
         client: toolgate_testkit::api::grpc_tls_client(&grpc).await,
         agent: token_of("agent"),
         reviewer: token_of("reviewer"),
+        stranger: token_of("stranger"),
         namespace: ns,
         _keep: Box::new(on_node),
     })
@@ -430,6 +464,79 @@ async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
     );
     ids.push(call.id);
 
+    // Who may see a call and who may answer for it: the reviewer proposes; the agent reads the
+    // namespace's calls but answers for none but its own; a stranger is told nothing exists.
+    let mine = b
+        .client
+        .propose_call(req(
+            &b.reviewer,
+            proposal(b, "test.gated", r#"{"msg": "the reviewer's own"}"#),
+        ))
+        .await
+        .expect("the reviewer proposes")
+        .into_inner();
+    let shown =
+        support::wait_call(&mut b.client, &b.reviewer, &mine.id, &["AwaitingApproval"]).await;
+    let mut answers: Steps = Vec::new();
+    let code = |r: Result<(), tonic::Status>| match r {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!(
+            "{:?}/{}",
+            e.code(),
+            toolgate_api::error::status_code_and_field(&e).0
+        ),
+    };
+    let approval = pb::ApproveCallRequest {
+        id: shown.id.clone(),
+        args_digest: shown.args_digest.clone(),
+        tool_digest: shown.tool_digest.clone(),
+        ttl_seconds: 300,
+        ..Default::default()
+    };
+    let get = |id: &str| pb::GetCallRequest { id: id.into() };
+    let cancel = |id: &str| pb::CancelCallRequest {
+        id: id.into(),
+        reason: "not mine".into(),
+    };
+    let deny = |id: &str| pb::DenyCallRequest {
+        id: id.into(),
+        comment: "not mine".into(),
+    };
+    for who in ["reader", "stranger"] {
+        let token = if who == "reader" {
+            b.agent.clone()
+        } else {
+            b.stranger.clone()
+        };
+        let r = b.client.get_call(req(&token, get(&mine.id))).await;
+        answers.push((who.into(), "get".into(), code(r.map(drop))));
+        let r = b.client.cancel_call(req(&token, cancel(&mine.id))).await;
+        answers.push((who.into(), "cancel".into(), code(r.map(drop))));
+        let r = b.client.deny_call(req(&token, deny(&mine.id))).await;
+        answers.push((who.into(), "deny".into(), code(r.map(drop))));
+        let r = b.client.approve_call(req(&token, approval.clone())).await;
+        answers.push((who.into(), "approve".into(), code(r.map(drop))));
+    }
+    let r = b.client.approve_call(req(&b.reviewer, approval)).await;
+    answers.push(("proposer".into(), "approve".into(), code(r.map(drop))));
+    let r = b
+        .client
+        .cancel_call(req(&b.reviewer, cancel(&mine.id)))
+        .await;
+    answers.push(("proposer".into(), "cancel".into(), code(r.map(drop))));
+    out.insert("answered-for-by-whom", answers);
+    out.insert("cancelled-by-its-proposer", steps(b, &mine.id).await);
+    ids.push(mine.id);
+
+    // A grant's budget is spent once per call that runs: the second call is refused.
+    let first = propose(b, "test.metered", r#"{"msg": "one"}"#).await;
+    out.insert("budget-spent", steps(b, &first.id).await);
+    let second = propose(b, "test.metered", r#"{"msg": "two"}"#).await;
+    out.insert("budget-exhausted", steps(b, &second.id).await);
+    ids.extend([first.id, second.id]);
+
+    out.extend(delegation(b).await);
+
     // Explain says the same things: the sandbox policy, the approver, a view.
     let x = b
         .client
@@ -461,6 +568,124 @@ async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
     for id in &ids {
         assert!(listed.contains(&id.as_str()), "{}: {id} not listed", b.name);
     }
+    out
+}
+
+/// A delegation on one backend: the subagent's view, its calls inside and outside what the
+/// delegation allows, a report the tool's output schema refuses, then one that ends the parent.
+async fn delegation(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
+    let mut out = BTreeMap::new();
+    let mut p = proposal(b, "helper.delegate", r#"{"task": "echo once"}"#);
+    if let Some(i) = p.intent.as_mut() {
+        i.action_type = "subagent_delegate".into();
+    }
+    let parent = b
+        .client
+        .propose_call(req(&b.agent, p))
+        .await
+        .expect("delegation proposed")
+        .into_inner();
+    support::wait_call(&mut b.client, &b.agent, &parent.id, &["Running"]).await;
+    let token = b
+        .client
+        .get_delegation_token(req(
+            &b.agent,
+            pb::GetDelegationTokenRequest {
+                call_id: parent.id.clone(),
+            },
+        ))
+        .await
+        .expect("the delegator fetches the token")
+        .into_inner()
+        .token;
+
+    let view = b
+        .client
+        .get_tool_view(req(
+            &token,
+            pb::GetToolViewRequest {
+                intent: "echo or sleep".into(),
+                max_tools: 32,
+                explain: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("the subagent's view")
+        .into_inner();
+    let mut seen: Steps = view
+        .exposed
+        .iter()
+        .map(|t| ("exposed".into(), t.name.clone(), String::new()))
+        .collect();
+    seen.extend(
+        view.hidden
+            .iter()
+            .map(|h| ("hidden".into(), h.name.clone(), h.code.clone())),
+    );
+    seen.sort();
+    out.insert("delegation-view", seen);
+
+    let mut children: Steps = Vec::new();
+    for tool in ["test.sleep", "test.echo", "test.echo"] {
+        let call = b
+            .client
+            .propose_call(req(
+                &token,
+                proposal(b, tool, r#"{"msg": "from the subagent"}"#),
+            ))
+            .await
+            .expect("the subagent proposes")
+            .into_inner();
+        let ended = support::wait_call(
+            &mut b.client,
+            &token,
+            &call.id,
+            &["Succeeded", "Failed", "Denied"],
+        )
+        .await;
+        assert_eq!(ended.parent_call, parent.id, "{}", b.name);
+        let codes: Vec<String> = ended.reasons.iter().map(|r| r.code.clone()).collect();
+        children.push((tool.into(), ended.phase, codes.join(",")));
+    }
+    out.insert("delegation-children", children);
+
+    let mut report: Steps = Vec::new();
+    let bad = b
+        .client
+        .complete_delegation(req(
+            &token,
+            pb::CompleteDelegationRequest {
+                summary: "done".into(),
+                result_json: r#"{"echoed": "one"}"#.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect_err("a result its output schema refuses");
+    let (code, field) = toolgate_api::error::status_code_and_field(&bad);
+    report.push((
+        format!("{:?}", bad.code()),
+        code.to_string(),
+        field.unwrap_or_default(),
+    ));
+    let done = b
+        .client
+        .complete_delegation(req(
+            &token,
+            pb::CompleteDelegationRequest {
+                summary: "echoed once; token ghp_0123456789abcdefghijABCDEFGHIJ0123456789".into(),
+                result_json: r#"{"echoed": 1}"#.into(),
+                failed: false,
+                tokens_used: 42,
+            },
+        ))
+        .await
+        .expect("the report ends the delegation")
+        .into_inner();
+    report.push(("ended".into(), done.phase, done.output_preview));
+    out.insert("delegation-report", report);
+    out.insert("delegation", steps(b, &parent.id).await);
     out
 }
 
@@ -522,6 +747,45 @@ fn both_runtimes_tell_every_scenario_the_same_way() {
         assert_eq!(
             kinds("cancelled-while-waiting").last().map(String::as_str),
             Some("Cancelled=True/CancelledByUser")
+        );
+        // A reader sees and answers for nothing; a stranger is told nothing exists; the
+        // proposer may not approve her own call but may cancel it.
+        assert_eq!(
+            kinds("answered-for-by-whom"),
+            [
+                "reader=get/ok",
+                "reader=cancel/PermissionDenied/not-an-approver",
+                "reader=deny/PermissionDenied/not-an-approver",
+                "reader=approve/PermissionDenied/not-an-approver",
+                "stranger=get/NotFound/not-found",
+                "stranger=cancel/NotFound/not-found",
+                "stranger=deny/NotFound/not-found",
+                "stranger=approve/NotFound/not-found",
+                "proposer=approve/PermissionDenied/approval-self",
+                "proposer=cancel/ok",
+            ]
+        );
+        assert_eq!(
+            kinds("budget-exhausted")[2],
+            "PolicyChecked=False/BudgetExhausted"
+        );
+        assert_eq!(
+            kinds("delegation-children"),
+            [
+                "test.sleep=Denied/delegation-tool-not-allowed",
+                "test.echo=Succeeded/delegation-admits,args-valid,tool-version-pinned,grant-matched,approval-not-required",
+                "test.echo=Denied/delegation-budget-exhausted",
+            ]
+        );
+        assert_eq!(
+            kinds("delegation-report")[0],
+            "InvalidArgument=invalid-argument/result_json"
+        );
+        assert!(
+            kinds("delegation-report")[1]
+                .starts_with("ended=Succeeded/echoed once; token [REDACTED:github-token]"),
+            "{:?}",
+            kinds("delegation-report")
         );
     });
 }

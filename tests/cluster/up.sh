@@ -17,6 +17,7 @@
 #   operator  system:serviceaccount:toolgate-system:toolgate-operator
 #   agent     system:serviceaccount:team-a:fixer
 #   reviewer  alice@example.com (group team-a-reviewers)
+#   stranger  mallory@example.com (authenticated, no RBAC at all)
 # and the node's own: system:node:toolgate-node (the kubelet), system:kube-scheduler,
 # system:kube-router (the NetworkPolicy enforcer, kube-router in firewall mode).
 set -euo pipefail
@@ -75,12 +76,13 @@ openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-k
 openssl x509 -req -in "$DIR/apiserver-kubelet-client.csr" -CA "$DIR/kubelet-client-ca.crt" \
   -CAkey "$DIR/kubelet-client-ca.key" -CAcreateserial -days 2 -out "$DIR/apiserver-kubelet-client.crt" 2>/dev/null
 token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"; KUBE_PROXY_TOKEN="$(token)"
+ADMIN="$(token)"; OPERATOR="$(token)"; AGENT="$(token)"; REVIEWER="$(token)"; STRANGER="$(token)"; KUBELET="$(token)"; SCHEDULER="$(token)"; KUBE_ROUTER_TOKEN="$(token)"; KUBE_PROXY_TOKEN="$(token)"
 cat > "$DIR/tokens.csv" <<CSV
 $ADMIN,admin,admin,"system:masters"
 $OPERATOR,system:serviceaccount:toolgate-system:toolgate-operator,operator,"system:serviceaccounts,system:serviceaccounts:toolgate-system"
 $AGENT,system:serviceaccount:team-a:fixer,fixer,"system:serviceaccounts,system:serviceaccounts:team-a"
 $REVIEWER,alice@example.com,alice,"team-a-reviewers"
+$STRANGER,mallory@example.com,mallory,""
 $KUBELET,system:node:toolgate-node,kubelet,"system:nodes"
 $SCHEDULER,system:kube-scheduler,kube-scheduler,""
 $KUBE_ROUTER_TOKEN,system:kube-router,kube-router,""
@@ -119,11 +121,11 @@ CA="$DIR/certs/apiserver.crt"
   echo "kind: Config"
   echo "clusters: [{name: toolgate-test, cluster: {server: \"https://$HOST_IP:$API_PORT\", certificate-authority: \"$CA\"}}]"
   echo "users:"
-  for u in admin:$ADMIN operator:$OPERATOR agent:$AGENT reviewer:$REVIEWER; do
+  for u in admin:$ADMIN operator:$OPERATOR agent:$AGENT reviewer:$REVIEWER stranger:$STRANGER; do
     echo "- {name: ${u%%:*}, user: {token: ${u#*:}}}"
   done
   echo "contexts:"
-  for u in admin operator agent reviewer; do
+  for u in admin operator agent reviewer stranger; do
     echo "- {name: $u, context: {cluster: toolgate-test, user: $u}}"
   done
   echo "current-context: admin"

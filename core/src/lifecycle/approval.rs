@@ -125,6 +125,14 @@ pub fn issue(
     })
 }
 
+/// Whether `caller` may see a call proposed by `proposer` (get, watch, list, explain): its
+/// proposer, or someone who reads calls in its namespace (RBAC's `get toolcalls` on a cluster,
+/// `readerIn` or `approverIn` in a tokens file). Others are told the call is not found, so ids
+/// of others' calls are not disclosed.
+pub fn may_see(caller: &str, proposer: &str, reader_in_namespace: bool) -> bool {
+    caller == proposer || reader_in_namespace
+}
+
 /// Whether `caller` may answer for a call (approve, deny or cancel it): its proposer, or an
 /// approver of its namespace. Who approves where is the runtime's to know (its tokens file, or
 /// RBAC on ToolApprovals); what follows from it is decided here.

@@ -25,7 +25,7 @@ mod step;
 
 pub use approval::{
     ApprovalRequest, DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, approval_states, approve, awaiting,
-    explained_approvals, issue, may_answer,
+    explained_approvals, issue, may_answer, may_see,
 };
 pub use budget::{BudgetMove, budget_move, settle};
 pub use explain::sandbox_view;

@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::{WatchStreamExt, watcher};
 use toolgate_api::convert::{artifact_of, tool_view};
 use toolgate_api::request::{Proposal, namespace_of, new_call_name};
 use toolgate_api::{ApiError, Backend, BoxStream, Caller};
 use toolgate_core::lifecycle::{
-    ApprovalRequest, cancellation, may_cancel, phase_name, same_proposal, sandbox_view,
+    ApprovalRequest, cancellation, is_terminal, may_cancel, may_see, phase_name, same_proposal,
+    sandbox_view,
 };
 use toolgate_crds::{ApprovalDecision, ToolCall};
 use toolgate_proto::v1 as pb;
@@ -19,6 +21,9 @@ use super::{KubeBackend, events_of, message};
 use crate::call::CANCEL_ANNOTATION;
 use crate::policies::call_of;
 use toolgate_api::internal;
+
+/// How long CompleteDelegation waits for the controller to end the delegation it reported.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[tonic::async_trait]
 impl Backend for KubeBackend {
@@ -134,16 +139,22 @@ impl Backend for KubeBackend {
     ) -> Result<pb::ListCallsResponse, ApiError> {
         let size = toolgate_api::request::page_size(&req)?;
         // One namespace when asked: a namespaced LIST, not every call the operator can see.
+        // Through `DeserializeGuard`: one call that does not deserialize is left out (and
+        // logged), not the reason nobody can list the others.
         let api = if req.namespace.is_empty() {
-            self.scope.api::<ToolCall>(&self.client)
+            self.scope.api::<DeserializeGuard<ToolCall>>(&self.client)
         } else {
             self.in_scope(&req.namespace)?;
-            Api::<ToolCall>::namespaced(self.client.clone(), &req.namespace)
+            Api::<DeserializeGuard<ToolCall>>::namespaced(self.client.clone(), &req.namespace)
         };
         let calls = api.list(&ListParams::default()).await.map_err(internal)?;
         let mut readable: BTreeMap<String, bool> = BTreeMap::new();
         let mut out = Vec::new();
-        let mut items = calls.items;
+        let mut items: Vec<ToolCall> = calls
+            .items
+            .iter()
+            .filter_map(|g| crate::kit::valid(g).map(std::sync::Arc::unwrap_or_clone))
+            .collect();
         items.sort_by_key(|c| (c.namespace(), c.name_any()));
         for c in items {
             let id = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
@@ -151,9 +162,9 @@ impl Backend for KubeBackend {
                 continue;
             }
             let ns = c.namespace().unwrap_or_default();
-            let mine = c.spec.principal == caller.name();
-            if !mine {
-                let allowed = match readable.get(&ns) {
+            // Its proposer needs no SubjectAccessReview; others are asked once per namespace.
+            if !may_see(caller.name(), &c.spec.principal, false) {
+                let reader = match readable.get(&ns) {
                     Some(a) => *a,
                     None => {
                         let a = self.may(caller, "list", "toolcalls", &ns).await;
@@ -161,7 +172,7 @@ impl Backend for KubeBackend {
                         a
                     }
                 };
-                if !allowed {
+                if !may_see(caller.name(), &c.spec.principal, reader) {
                     continue;
                 }
             }
@@ -341,7 +352,21 @@ impl Backend for KubeBackend {
         let parent =
             crate::delegation::report(&self.client, &self.cache, &ns, &d.parent_call, report)
                 .await?;
-        Ok(message(&parent))
+        // The controller ends the delegation from the report: answer with the call as it
+        // ended, as the embedded runtime does, unless that takes longer than a client waits.
+        let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
+        let ended =
+            kube::runtime::wait::await_condition(api, &d.parent_call, |c: Option<&ToolCall>| {
+                c.is_none_or(|c| is_terminal(c.status.as_ref().and_then(|s| s.phase)))
+            });
+        match tokio::time::timeout(REPORT_WAIT, ended).await {
+            Ok(Ok(Some(call))) => Ok(message(&call)),
+            Ok(Ok(None)) => Err(ApiError::NotFound {
+                what: format!("call {ns}/{}", d.parent_call),
+            }),
+            Ok(Err(e)) => Err(internal(e)),
+            Err(_) => Ok(message(&parent)),
+        }
     }
 
     async fn skill(

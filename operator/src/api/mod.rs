@@ -14,7 +14,9 @@ use toolgate_api::convert::{call_message, chain_position};
 use toolgate_api::request::new_call_name;
 use toolgate_api::{ApiError, Authenticator, Caller, internal};
 use toolgate_core::exec::ArtifactTarget;
-use toolgate_core::lifecycle::{ApprovalRequest, approve, is_terminal, may_answer, phase_name};
+use toolgate_core::lifecycle::{
+    ApprovalRequest, approve, is_terminal, may_answer, may_see, phase_name,
+};
 use toolgate_core::principal::Principal;
 use toolgate_crds::{ToolApproval, ToolCall, ToolCallStatus};
 use toolgate_proto::v1 as pb;
@@ -57,6 +59,7 @@ impl Authenticator for TokenReviewAuth {
         Some(Caller {
             principal: Principal::new(user.username?).with_groups(user.groups.unwrap_or_default()),
             approver_in: vec![],
+            reader_in: vec![],
             delegation: None,
         })
     }
@@ -102,6 +105,10 @@ pub(crate) fn message(call: &ToolCall) -> pb::Call {
         .clone()
         .or_else(|| call.spec.tool_ref.digest.clone())
         .unwrap_or_default();
+    // The spec names the parent in the call's own namespace; the API says ids.
+    if !m.parent_call.is_empty() {
+        m.parent_call = format!("{ns}/{}", m.parent_call);
+    }
     m
 }
 
@@ -182,7 +189,14 @@ impl KubeBackend {
             .await
             .map_err(internal)?
             .ok_or_else(not_found)?;
-        if call.spec.principal == caller.name() || self.may(caller, "get", "toolcalls", ns).await {
+        // Its proposer needs no SubjectAccessReview: the core says so without one.
+        if may_see(caller.name(), &call.spec.principal, false)
+            || may_see(
+                caller.name(),
+                &call.spec.principal,
+                self.may(caller, "get", "toolcalls", ns).await,
+            )
+        {
             Ok(call)
         } else {
             Err(not_found())
