@@ -26,14 +26,14 @@ pub struct Context {
     /// Consecutive failures per descriptor, for its backoff.
     pub failures: kit::Failures,
     /// Where reconciles are counted.
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -238,7 +238,11 @@ fn error_policy(
 }
 
 /// Run the controller until the stream ends (shutdown).
-pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
+pub async fn run(
+    client: Client,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
     let descriptors = scope.api::<DeserializeGuard<ToolDescriptor>>(&client);
     let controller = Controller::new(descriptors, watcher::Config::default());
     let store = controller.store();

@@ -23,14 +23,14 @@ pub struct Context {
     /// Consecutive failures per grant, for its backoff.
     pub failures: kit::Failures,
     /// Where reconciles are counted.
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -168,7 +168,11 @@ fn error_policy(g: Arc<DeserializeGuard<ToolGrant>>, error: &Error, ctx: Arc<Con
 }
 
 /// Run the controller until shutdown.
-pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
+pub async fn run(
+    client: Client,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
     Controller::new(
         scope.api::<DeserializeGuard<ToolGrant>>(&client),
         watcher::Config::default(),

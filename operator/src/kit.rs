@@ -131,7 +131,7 @@ pub trait Reconciles {
     /// Consecutive failures per object.
     fn failures(&self) -> &Failures;
     /// Where reconcile durations and errors are counted.
-    fn metrics(&self) -> &crate::ops::Metrics;
+    fn metrics(&self) -> &crate::metrics::Metrics;
 }
 
 /// Reconcile what a guard holds with `reconcile`: an object that does not deserialize waits for

@@ -18,6 +18,7 @@ mod descriptor;
 mod grant;
 mod kit;
 mod mcp_server;
+mod metrics;
 mod ops;
 mod policies;
 mod readiness;
@@ -294,7 +295,7 @@ async fn run(args: Args, mut config: call::CallConfig) -> anyhow::Result<()> {
     }
     // Shared by the agent API (also on standby replicas) and the ToolCall controller.
     let (cache, subscriptions) = cache::PolicyCache::start(&client, &scope)?;
-    let metrics = std::sync::Arc::new(ops::Metrics::default());
+    let metrics = std::sync::Arc::new(metrics::Metrics::default());
     let health = std::sync::Arc::new(ops::Health::default());
     tokio::spawn(ops::serve(
         args.health_addr,

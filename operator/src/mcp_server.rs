@@ -74,14 +74,14 @@ pub struct Context {
     /// Consecutive failures per server, for its backoff.
     pub failures: kit::Failures,
     /// Where reconciles are counted.
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -463,7 +463,7 @@ pub async fn run(
     broker: Arc<dyn CredentialBroker>,
     scope: crate::scope::Scope,
     pods: Pods,
-    metrics: Arc<crate::ops::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) {
     let ctx = Arc::new(Context {
         client: client.clone(),

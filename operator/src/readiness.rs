@@ -28,14 +28,14 @@ pub struct Context {
     /// Consecutive failures per object, for its backoff.
     pub failures: kit::Failures,
     /// Where reconciles are counted.
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -280,7 +280,7 @@ pub async fn run(
     client: Client,
     broker: Arc<dyn CredentialBroker>,
     scope: crate::scope::Scope,
-    metrics: Arc<crate::ops::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) {
     let ctx = Arc::new(Context {
         client: client.clone(),

@@ -112,14 +112,14 @@ pub struct Context {
     /// Consecutive failures per skill, for its backoff.
     pub failures: kit::Failures,
     /// Where reconciles are counted.
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -253,7 +253,11 @@ fn error_policy(guard: Arc<DeserializeGuard<Skill>>, error: &Error, ctx: Arc<Con
 
 /// Run the Skill controller until shutdown: a Skill is read when it changes, when a ConfigMap
 /// labelled [`SKILL_LABEL`] changes, and every [`REREAD`].
-pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
+pub async fn run(
+    client: Client,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Default::default(),

@@ -26,14 +26,14 @@ struct Context {
     client: Client,
     failures: kit::Failures,
     /// Where reconciles are counted.
-    metrics: Arc<crate::ops::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl kit::Reconciles for Context {
     fn failures(&self) -> &kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -123,7 +123,11 @@ fn error_policy(p: Arc<DeserializeGuard<ToolPolicy>>, error: &Error, ctx: Arc<Co
 }
 
 /// Run the ToolPolicy controller until shutdown.
-pub async fn run(client: Client, scope: crate::scope::Scope, metrics: Arc<crate::ops::Metrics>) {
+pub async fn run(
+    client: Client,
+    scope: crate::scope::Scope,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Default::default(),

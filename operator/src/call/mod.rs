@@ -106,7 +106,7 @@ pub struct Context {
     /// How calls run: executor image, artifact store, broker, egress, retention.
     pub config: CallConfig,
     /// Phase transitions, decisions, reconcile durations and errors (bounded labels).
-    pub metrics: Arc<crate::ops::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Consecutive failures per call, for its backoff.
     pub failures: crate::kit::Failures,
     /// The namespaces' policy objects, shared with the agent API.
@@ -219,7 +219,7 @@ impl crate::kit::Reconciles for Context {
     fn failures(&self) -> &crate::kit::Failures {
         &self.failures
     }
-    fn metrics(&self) -> &crate::ops::Metrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
 }
@@ -347,7 +347,7 @@ pub async fn run(
     client: Client,
     config: CallConfig,
     scope: crate::scope::Scope,
-    metrics: Arc<crate::ops::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     health: Arc<crate::ops::Health>,
     (cache, subscriptions): (PolicyCache, Subscriptions),
 ) {
