@@ -11,6 +11,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+#[allow(
+    dead_code,
+    reason = "the full binary uses more of the client commands' helpers (the demo's) than this one"
+)]
+mod client;
+
 /// The binary holding every command, installed beside this one.
 const FULL: &str = "toolgate-full";
 
@@ -19,14 +25,14 @@ const FULL: &str = "toolgate-full";
 #[command(name = "toolgate")]
 struct ClientCli {
     #[command(subcommand)]
-    command: toolgate_client::ClientCommand,
+    command: client::ClientCommand,
     #[command(flatten)]
-    conn: toolgate_client::Conn,
+    conn: client::Conn,
 }
 
 fn main() -> ExitCode {
     match ClientCli::try_parse() {
-        Ok(cli) => match toolgate_client::run(&cli.conn, cli.command) {
+        Ok(cli) => match client::run(&cli.conn, cli.command) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("toolgate: {}", toolgate_client::error_line(e.as_ref()));

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::{out, outln};
 use anyhow::Context;
-use toolgate_client::{out, outln};
 
 /// Render every CRD as one YAML document, with the header the committed files carry.
 pub fn render_all() -> anyhow::Result<Vec<(String, String)>> {

@@ -12,8 +12,9 @@ use toolgate_core::principal::Principal;
 use toolgate_local::broker::{CredentialBroker, FileBroker};
 use toolgate_proto::v1 as pb;
 
-use toolgate_client::outln;
-use toolgate_client::{Client, call_summary, event_line, explanation_text};
+use crate::client::{call_summary, event_line, explanation_text};
+use crate::outln;
+use toolgate_client::Client;
 
 /// The example manifests, built into the binary so the demo runs from anywhere.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -459,10 +460,10 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     ));
     match agent.approve(&issue, false, 600, "").await {
         Ok(_) => bail!("the agent approved its own call"),
-        Err(s) => story.say(&format!(
+        Err(e) => story.say(&format!(
             "   the agent tries to approve its own call: {} ({})",
-            s.message(),
-            toolgate_api::error::status_code_and_field(&s).0
+            e.status().map(tonic::Status::message).unwrap_or_default(),
+            e.reason().unwrap_or_default()
         )),
     }
 

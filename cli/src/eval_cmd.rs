@@ -12,9 +12,9 @@ use toolgate_review::eval::{
     parse_prompts,
 };
 
+use crate::client::exit::EXIT_BAD_MANIFESTS;
+use crate::outln;
 use crate::policy_cmds::{load_with, parse_now};
-use toolgate_client::exit::EXIT_BAD_MANIFESTS;
-use toolgate_client::outln;
 
 /// Options of `toolgate eval`.
 #[derive(Debug, Clone, clap::Args)]

@@ -7,9 +7,9 @@ use anyhow::{Context, bail};
 use toolgate_core::registry::Registry;
 use toolgate_review::policy_test::{self, CaseResult, PolicyTestFile};
 
+use crate::client::exit::EXIT_BAD_MANIFESTS;
+use crate::outln;
 use crate::policy_cmds::{Output, load, parse_now};
-use toolgate_client::exit::EXIT_BAD_MANIFESTS;
-use toolgate_client::outln;
 
 /// The policy test tables under a folder (`*.policytest.yaml`), in a stable order.
 fn test_files(dir: &Path) -> Vec<PathBuf> {

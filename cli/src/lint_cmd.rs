@@ -1,8 +1,8 @@
 //! `toolgate lint PATH...`: check manifests the way the API server would, and more.
 
+use crate::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use toolgate_client::outln;
 
 pub use toolgate_local::manifests::{lint_paths, lint_paths_with, linter};
 
@@ -77,11 +77,9 @@ pub fn run(paths: &[PathBuf], format: Format, review: bool) -> anyhow::Result<Ex
                         })
                     })
                     .collect();
-                toolgate_client::out::json(
-                    &serde_json::json!({"findings": items, "review": listed}),
-                );
+                crate::client::out::json(&serde_json::json!({"findings": items, "review": listed}));
             } else {
-                toolgate_client::out::json(&serde_json::Value::Array(items));
+                crate::client::out::json(&serde_json::Value::Array(items));
             }
         }
     }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::outln;
 use anyhow::Context;
 use toolgate_api::{Authenticator, TokenFile};
-use toolgate_client::outln;
 use toolgate_local::broker::{CredentialBroker, FileBroker, NoBroker};
 use toolgate_local::{Config, Runtime};
 

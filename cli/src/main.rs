@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use toolgate_client as client;
 
+mod client;
 mod crds_cmd;
 mod demo;
 mod eval_cmd;
@@ -418,7 +418,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("toolgate: {}", client::error_line(e.as_ref()));
+            eprintln!("toolgate: {}", toolgate_client::error_line(e.as_ref()));
             ExitCode::from(1)
         }
     }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use toolgate_client::out;
+use crate::out;
 use toolgate_core::mcp::{ServerConfig, normalize as normalize_tools, parse_list, to_yaml};
 
 /// The server's trust level, as the command line spells it.
@@ -39,14 +39,14 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
         Ok(t) => t,
         Err(e) => {
             eprintln!("toolgate: {}: {e}", file.display());
-            return Ok(ExitCode::from(toolgate_client::exit::EXIT_BAD_MANIFESTS));
+            return Ok(ExitCode::from(crate::client::exit::EXIT_BAD_MANIFESTS));
         }
     };
     let tools = match parse_list(&text) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("toolgate: {}: {e}", file.display());
-            return Ok(ExitCode::from(toolgate_client::exit::EXIT_BAD_MANIFESTS));
+            return Ok(ExitCode::from(crate::client::exit::EXIT_BAD_MANIFESTS));
         }
     };
     // The version the server announced, when the saved answer carries it and none was given.
@@ -85,7 +85,7 @@ pub fn import(
         Ok(p) => p,
         Err(e) => {
             eprintln!("toolgate: {}: {e}", file.display());
-            return Ok(ExitCode::from(toolgate_client::exit::EXIT_BAD_MANIFESTS));
+            return Ok(ExitCode::from(crate::client::exit::EXIT_BAD_MANIFESTS));
         }
     };
     let mut refused = Vec::new();

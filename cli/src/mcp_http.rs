@@ -19,8 +19,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest, Sha256};
 use toolgate_proto::v1 as pb;
 
+use crate::client::Conn;
 use crate::mcp_serve::{Gateway, ServeArgs, bearer};
-use toolgate_client::{Client, Conn};
+use toolgate_client::Client;
 
 /// How long a token the API accepted is trusted without asking again.
 const TOKEN_TTL: Duration = Duration::from_secs(30);
@@ -110,7 +111,7 @@ pub fn run(conn: &Conn, args: ServeArgs, listen: SocketAddr) -> anyhow::Result<E
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let base = Client::from_conn_without_token(conn).await?;
+        let base = crate::client::connect_without_token(conn).await?;
         let verifier = Arc::new(Verifier {
             base: base.clone(),
             accepted: tokio::sync::Mutex::new(HashMap::new()),
@@ -133,7 +134,7 @@ pub fn run(conn: &Conn, args: ServeArgs, listen: SocketAddr) -> anyhow::Result<E
             .await
             .map_err(|e| anyhow::anyhow!("--listen {listen}: {e}"))?;
         let addr = listener.local_addr()?;
-        toolgate_client::outln!("toolgate mcp serve: streamable HTTP on http://{addr}/mcp");
+        crate::outln!("toolgate mcp serve: streamable HTTP on http://{addr}/mcp");
         axum::serve(listener, app)
             .with_graceful_shutdown(crate::local_cmd::shutdown_signal())
             .await?;

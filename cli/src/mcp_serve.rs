@@ -20,7 +20,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_proto::v1 as pb;
 
-use toolgate_client::{Client, Conn};
+use crate::client::Conn;
+use toolgate_client::Client;
 
 /// The tool that reports on a call proposed earlier.
 const GET_CALL: &str = "toolgate.get_call";
@@ -79,7 +80,7 @@ pub fn run_stdio(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = Client::from_conn(conn).await?;
+        let client = crate::client::connect(conn).await?;
         let gateway = Gateway::new(client, false, args);
         let service = gateway
             .serve(rmcp::transport::stdio())
@@ -149,11 +150,11 @@ impl Gateway {
             let mcp = c
                 .view(request(pb::ViewFormat::Mcp))
                 .await
-                .map_err(|s| internal("GetToolView", s.message()))?;
+                .map_err(|e| internal("GetToolView", e.into_status().message()))?;
             let canonical = c
                 .view(request(pb::ViewFormat::Canonical))
                 .await
-                .map_err(|s| internal("GetToolView", s.message()))?;
+                .map_err(|e| internal("GetToolView", e.into_status().message()))?;
             (mcp, canonical)
         };
         let listed: Vec<Value> =
@@ -255,7 +256,7 @@ impl Gateway {
             session_id: String::new(),
         };
         match c.propose_traced(request, traceparent).await {
-            Err(s) => refused(&s),
+            Err(e) => refused(&e.into_status()),
             Ok(call) => match self.settle(c, call).await {
                 Ok(call) => answer(&call),
                 Err(s) => refused(&s),

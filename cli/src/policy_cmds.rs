@@ -16,9 +16,9 @@ use toolgate_crds::{ActionType, DecisionOutcome};
 use toolgate_review::policy_diff::{diff_policies, markdown, rule_changes, rules_markdown};
 
 use crate::lint_cmd::{lint_paths_with, linter};
-use toolgate_client::{out, outln};
+use crate::{out, outln};
 
-use toolgate_client::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
+use crate::client::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
 
 /// Output of the review commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -341,7 +341,7 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
 
 /// `toolgate view` against a running server, as the authenticated caller.
 pub fn view_remote(
-    conn: &toolgate_client::Conn,
+    conn: &crate::client::Conn,
     namespace: Option<&str>,
     intent: &str,
     action_type: Option<ActionType>,
@@ -361,7 +361,7 @@ pub fn view_remote(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut c = toolgate_client::Client::from_conn(conn).await?;
+        let mut c = crate::client::connect(conn).await?;
         let view = c
             .view(pb::GetToolViewRequest {
                 namespace: namespace.unwrap_or_default().into(),
@@ -372,7 +372,7 @@ pub fn view_remote(
                 explain,
             })
             .await
-            .map_err(|s| anyhow::anyhow!("{:?}: {}", s.code(), s.message()))?;
+            .map_err(crate::client::status_error)?;
         let tools: serde_json::Value = serde_json::from_str(&view.payload_json)?;
         if explain {
             let exposed: Vec<serde_json::Value> = view

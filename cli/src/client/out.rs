@@ -6,11 +6,11 @@
 
 use std::io::Write;
 
-/// Write formatted text to stdout, neutralised ([`toolgate_core::text::neutralise`]); see the
+/// Write formatted text to stdout, neutralised ([`toolgate_contract::text::neutralise`]); see the
 /// module doc for a closed pipe.
 pub fn write(args: std::fmt::Arguments<'_>) {
     let text = args.to_string();
-    write_raw(toolgate_core::text::neutralise(&text).as_bytes());
+    write_raw(toolgate_contract::text::neutralise(&text).as_bytes());
 }
 
 /// Write data (JSON: its string escapes already keep control characters out) to stdout as is.
@@ -28,7 +28,7 @@ pub fn write_raw(bytes: &[u8]) {
 /// `print!` through [`write`].
 #[macro_export]
 macro_rules! out {
-    ($($t:tt)*) => { $crate::out::write(format_args!($($t)*)) };
+    ($($t:tt)*) => { $crate::client::out::write(format_args!($($t)*)) };
 }
 
 /// A JSON value, pretty, through [`write_raw`].
@@ -41,6 +41,6 @@ pub fn json(value: &serde_json::Value) {
 /// `println!` through [`write`].
 #[macro_export]
 macro_rules! outln {
-    () => { $crate::out::write(format_args!("\n")) };
-    ($($t:tt)*) => { $crate::out::write(format_args!("{}\n", format_args!($($t)*))) };
+    () => { $crate::client::out::write(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::client::out::write(format_args!("{}\n", format_args!($($t)*))) };
 }

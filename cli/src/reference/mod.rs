@@ -128,7 +128,7 @@ fn exit_codes() -> String {
          For scripts and CI jobs that branch on an exit code.\n\n\
          ## `toolgate`\n\n| code | meaning |\n| --- | --- |\n",
     );
-    for (code, meaning) in toolgate_client::exit::EXIT_CODES {
+    for (code, meaning) in crate::client::exit::EXIT_CODES {
         let _ = writeln!(s, "| {code} | {} |", cell(meaning));
     }
     s.push_str(

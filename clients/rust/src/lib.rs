@@ -1,60 +1,107 @@
-//! The Rust client of toolgate's gRPC API, and the command-line client commands built on it:
-//! `call`, `get`, `list`, `watch`, `approve`, `deny`, `cancel`, `explain`, `artifact`, `skill` and
-//! the delegation commands. The `toolgate` binary is these commands alone (a process an agent's
-//! shell starts for every call starts small); every other command is the full binary's.
-
-pub mod exit;
-pub mod out;
+//! The Rust client of toolgate's gRPC API: a connection (plain, TLS or mutual TLS), the bearer
+//! token of the caller, the process's trace context on every proposal, and the calls an agent
+//! makes (views, proposals, watches, approvals, explanations, artifacts). Every failure is an
+//! [`Error`]: a server refusal carries its stable reason (`approval-self`) and the field it is
+//! about, so a program can branch on it. The command line is built on it (in `cli/`).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;
 use toolgate_proto::v1 as pb;
 use toolgate_proto::v1::toolgate_client::ToolgateClient;
 
-/// How to reach the server.
-#[derive(Debug, Clone, clap::Args)]
-pub struct Conn {
-    /// The server: `http://host:port`, `https://host:port`, or `host:port` for plain http
-    /// (`toolgate local` prints it).
-    #[arg(
-        long,
-        env = "TOOLGATE_SERVER",
-        default_value = "http://127.0.0.1:7070",
-        global = true
-    )]
-    pub server: String,
-    /// Bearer token (from the server's tokens file).
-    #[arg(long, env = "TOOLGATE_TOKEN", hide_env_values = true, global = true)]
-    pub token: Option<String>,
-    /// CA bundle (PEM) the server's certificate must chain to, for an `https://` server
-    /// (default: the system's roots).
-    #[arg(long, env = "TOOLGATE_CA", global = true)]
-    pub ca: Option<PathBuf>,
-    /// Client certificate (PEM), for a server that requires one (mutual TLS).
-    #[arg(
-        long,
-        env = "TOOLGATE_CLIENT_CERT",
-        global = true,
-        requires = "client_key"
-    )]
-    pub client_cert: Option<PathBuf>,
-    /// The client certificate's key (PEM).
-    #[arg(
-        long,
-        env = "TOOLGATE_CLIENT_KEY",
-        global = true,
-        requires = "client_cert"
-    )]
-    pub client_key: Option<PathBuf>,
-    /// The name the server's certificate must be valid for, when `--server` names another (an
-    /// address, a port-forward): e.g. `toolgate-operator.toolgate-system.svc`, which the chart's
-    /// certificate lists.
-    #[arg(long, env = "TOOLGATE_TLS_SERVER_NAME", global = true)]
-    pub tls_server_name: Option<String>,
+/// Why a request or a connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server address or its TLS settings cannot be used.
+    #[error("--server {server}: {reason}")]
+    Server {
+        /// The address as given.
+        server: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A certificate or key file could not be read.
+    #[error("{what} {}: {source}", path.display())]
+    Read {
+        /// The option it was given as (`--ca`).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The connection could not be made.
+    #[error("connecting to {server}: {}{detail}{}", hint.as_deref().map(|h| format!("{h} (")).unwrap_or_default(), if hint.is_some() { ")" } else { "" })]
+    Connect {
+        /// The server.
+        server: String,
+        /// What the failure most likely means (a TLS case), when known.
+        hint: Option<String>,
+        /// The transport's own account of it.
+        detail: String,
+    },
+    /// The server answered with an error status.
+    #[error("{}", status_line(.0))]
+    Status(Box<tonic::Status>),
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Self {
+        Error::Status(Box::new(s))
+    }
+}
+
+impl Error {
+    /// The server's status, when it answered.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            Error::Status(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The stable reason of a server refusal (`approval-self`, `args-invalid`), when it gave one.
+    pub fn reason(&self) -> Option<String> {
+        let (code, _) = toolgate_proto::status_code_and_field(self.status()?);
+        (!code.is_empty()).then_some(code)
+    }
+
+    /// As a gRPC status: the server's own, or `Unavailable` for a failure to reach it (what a
+    /// program that relays errors in gRPC terms, like an MCP bridge, passes on).
+    pub fn into_status(self) -> tonic::Status {
+        match self {
+            Error::Status(s) => *s,
+            other => tonic::Status::unavailable(other.to_string()),
+        }
+    }
+
+    /// The request field a server refusal is about (`args_json`), when it named one.
+    pub fn field(&self) -> Option<String> {
+        toolgate_proto::status_code_and_field(self.status()?).1
+    }
+}
+
+/// A status as one line: its code, message, stable reason and field, and what broke beneath it.
+fn status_line(s: &tonic::Status) -> String {
+    let (code, field) = toolgate_proto::status_code_and_field(s);
+    let mut msg = format!("{:?}: {}", s.code(), s.message());
+    if !code.is_empty() {
+        msg.push_str(&format!(" [{code}]"));
+    }
+    if let Some(f) = field {
+        msg.push_str(&format!(" (field {f})"));
+    }
+    // A transport failure (TLS 1.3 refuses a client certificate after the handshake): its causes.
+    if let Some(source) = std::error::Error::source(s) {
+        let detail = error_line(source);
+        match tls_hint(&detail).or_else(|| TRANSPORT_HINT.get().copied()) {
+            Some(hint) => msg.push_str(&format!(": {hint} ({detail})")),
+            None => msg.push_str(&format!(" ({detail})")),
+        }
+    }
+    msg
 }
 
 /// How a client reaches an `https://` server.
@@ -130,13 +177,14 @@ pub struct Client {
 /// The server as a URL: a bare `host:port` (the form `toolgate local` prints and the Python
 /// client takes) is plain `http://`; an `http://` or `https://` URL is kept as given; any other
 /// scheme is refused by name.
-pub fn server_url(server: &str) -> anyhow::Result<std::borrow::Cow<'_, str>> {
+pub fn server_url(server: &str) -> Result<std::borrow::Cow<'_, str>, Error> {
     if server.starts_with("http://") || server.starts_with("https://") {
         Ok(server.into())
     } else if server.contains("://") {
-        anyhow::bail!(
-            "--server {server}: expected host:port, http://host:port or https://host:port"
-        )
+        Err(Error::Server {
+            server: server.to_string(),
+            reason: "expected host:port, http://host:port or https://host:port".into(),
+        })
     } else {
         Ok(format!("http://{server}").into())
     }
@@ -144,14 +192,20 @@ pub fn server_url(server: &str) -> anyhow::Result<std::borrow::Cow<'_, str>> {
 
 impl Client {
     /// Connect (over TLS to an `https://` server; `host:port` means plain `http://`).
-    pub async fn connect(server: &str, token: &str, tls: &Tls) -> anyhow::Result<Client> {
+    pub async fn connect(server: &str, token: &str, tls: &Tls) -> Result<Client, Error> {
         let server = server_url(server)?;
         let server = server.as_ref();
-        let mut endpoint = Channel::from_shared(server.to_string())
-            .with_context(|| format!("--server {server}: not a URL"))?;
+        let mut endpoint = Channel::from_shared(server.to_string()).map_err(|_| Error::Server {
+            server: server.to_string(),
+            reason: "not a URL".into(),
+        })?;
         if server.starts_with("https://") {
-            let read = |what: &str, p: &Path| {
-                std::fs::read(p).with_context(|| format!("{what} {}", p.display()))
+            let read = |what: &'static str, p: &Path| {
+                std::fs::read(p).map_err(|source| Error::Read {
+                    what,
+                    path: p.to_path_buf(),
+                    source,
+                })
             };
             let mut config = tonic::transport::ClientTlsConfig::new();
             if let Some(name) = &tls.server_name {
@@ -176,13 +230,15 @@ impl Client {
                     );
                 }
             }
-            endpoint = endpoint
-                .tls_config(config)
-                .with_context(|| format!("--server {server}: TLS configuration"))?;
+            endpoint = endpoint.tls_config(config).map_err(|e| Error::Server {
+                server: server.to_string(),
+                reason: format!("TLS configuration: {}", error_line(&e)),
+            })?;
         } else if tls.ca.is_some() || tls.identity.is_some() || tls.server_name.is_some() {
-            anyhow::bail!(
-                "--server {server}: --ca, --client-cert and --tls-server-name are for an https:// server; this one is plain http"
-            );
+            return Err(Error::Server {
+                server: server.to_string(),
+                reason: "--ca, --client-cert and --tls-server-name are for an https:// server; this one is plain http".into(),
+            });
         }
         let ca = match &tls.ca {
             Some(p) => format!("--ca {}", p.display()),
@@ -190,9 +246,10 @@ impl Client {
         };
         let channel = endpoint.connect().await.map_err(|e| {
             let detail = error_line(&e);
-            match tls_hint(&detail) {
-                Some(hint) => anyhow::anyhow!("connecting to {server}: {hint} [{ca}] ({detail})"),
-                None => anyhow::anyhow!("connecting to {server}: {detail}"),
+            Error::Connect {
+                server: server.to_string(),
+                hint: tls_hint(&detail).map(|hint| format!("{hint} [{ca}]")),
+                detail,
             }
         })?;
         Ok(Client {
@@ -201,34 +258,12 @@ impl Client {
         })
     }
 
-    /// Connect with the command line's options.
-    pub async fn from_conn(conn: &Conn) -> anyhow::Result<Client> {
-        let token = conn
-            .token
-            .as_deref()
-            .context("no token: pass --token or set TOOLGATE_TOKEN")?;
-        Ok(Client::from_conn_without_token(conn)
-            .await?
-            .with_token(token))
-    }
-
     /// The same connection, acting as the holder of another token.
     pub fn with_token(&self, token: &str) -> Client {
         Client {
             inner: self.inner.clone(),
             token: token.to_string(),
         }
-    }
-
-    /// Connect with the command line's server and TLS options, acting for nobody yet
-    /// ([`Client::with_token`] names the caller of each request).
-    pub async fn from_conn_without_token(conn: &Conn) -> anyhow::Result<Client> {
-        let tls = Tls {
-            ca: conn.ca.clone(),
-            identity: conn.client_cert.clone().zip(conn.client_key.clone()),
-            server_name: conn.tls_server_name.clone(),
-        };
-        Client::connect(&conn.server, "", &tls).await
     }
 
     /// A request with the bearer token.
@@ -246,21 +281,15 @@ impl Client {
     }
 
     /// GetToolView.
-    pub async fn view(
-        &mut self,
-        req: pb::GetToolViewRequest,
-    ) -> Result<pb::ToolView, tonic::Status> {
+    pub async fn view(&mut self, req: pb::GetToolViewRequest) -> Result<pb::ToolView, Error> {
         let r = self.req(req);
         Ok(self.inner.get_tool_view(r).await?.into_inner())
     }
 
     /// ProposeCall, under the process's trace context (`$TRACEPARENT`, the OTel convention for
     /// processes): a call proposed from inside a traced agent or script joins its trace.
-    pub async fn propose(
-        &mut self,
-        req: pb::ProposeCallRequest,
-    ) -> Result<pb::Call, tonic::Status> {
-        let env = std::env::var(toolgate_core::exec::TRACEPARENT_ENV).ok();
+    pub async fn propose(&mut self, req: pb::ProposeCallRequest) -> Result<pb::Call, Error> {
+        let env = std::env::var(toolgate_contract::exec::TRACEPARENT_ENV).ok();
         self.propose_traced(req, env.as_deref()).await
     }
 
@@ -269,7 +298,7 @@ impl Client {
         &mut self,
         req: pb::ProposeCallRequest,
         traceparent: Option<&str>,
-    ) -> Result<pb::Call, tonic::Status> {
+    ) -> Result<pb::Call, Error> {
         let mut r = self.req(req);
         if let Some(v) = traceparent.and_then(|tp| tp.parse().ok()) {
             r.metadata_mut().insert("traceparent", v);
@@ -278,7 +307,7 @@ impl Client {
     }
 
     /// GetCall.
-    pub async fn get(&mut self, id: &str) -> Result<pb::Call, tonic::Status> {
+    pub async fn get(&mut self, id: &str) -> Result<pb::Call, Error> {
         let r = self.req(pb::GetCallRequest { id: id.into() });
         Ok(self.inner.get_call(r).await?.into_inner())
     }
@@ -288,7 +317,7 @@ impl Client {
         &mut self,
         id: &str,
         mut each: impl FnMut(&pb::CallEvent),
-    ) -> Result<Vec<pb::CallEvent>, tonic::Status> {
+    ) -> Result<Vec<pb::CallEvent>, Error> {
         let r = self.req(pb::WatchCallRequest { id: id.into() });
         let mut stream = self.inner.watch_call(r).await?.into_inner();
         let mut all = Vec::new();
@@ -307,7 +336,7 @@ impl Client {
         for_session: bool,
         ttl: u32,
         comment: &str,
-    ) -> Result<pb::Call, tonic::Status> {
+    ) -> Result<pb::Call, Error> {
         let r = self.req(pb::ApproveCallRequest {
             id: call.id.clone(),
             args_digest: call.args_digest.clone(),
@@ -320,7 +349,7 @@ impl Client {
     }
 
     /// ExplainCall.
-    pub async fn explain(&mut self, id: &str) -> Result<pb::Explanation, tonic::Status> {
+    pub async fn explain(&mut self, id: &str) -> Result<pb::Explanation, Error> {
         let r = self.req(pb::ExplainCallRequest { id: id.into() });
         Ok(self.inner.explain_call(r).await?.into_inner())
     }
@@ -330,7 +359,7 @@ impl Client {
         &mut self,
         call: &str,
         artifact: &str,
-    ) -> Result<(Vec<u8>, String), tonic::Status> {
+    ) -> Result<(Vec<u8>, String), Error> {
         let r = self.req(pb::GetArtifactRequest {
             call_id: call.into(),
             artifact_id: artifact.into(),
@@ -349,570 +378,9 @@ impl Client {
     }
 }
 
-/// One line per event, as `watch` and `call --watch` print them.
-pub fn event_line(e: &pb::CallEvent) -> String {
-    let mark = match e.status.as_str() {
-        "True" => "✓",
-        "False" => "✗",
-        _ => "·",
-    };
-    format!("  {mark} {:<18} {:<20} {}", e.r#type, e.reason, e.message)
-}
-
-/// A call in a few lines: what it is, how it stands and, when it was stopped, why.
-pub fn call_summary(c: &pb::Call) -> String {
-    let mut s = format!("{}  {}  {}  phase={}", c.id, c.tool, c.principal, c.phase);
-    if !c.decision.is_empty() {
-        s.push_str(&format!(" decision={}", c.decision));
-    }
-    if !c.risk_tier.is_empty() {
-        s.push_str(&format!(" risk={}", c.risk_tier));
-    }
-    // The step that stopped it (StateUpdated only repeats that the call ended).
-    if let Some(stop) = c
-        .conditions
-        .iter()
-        .rev()
-        .find(|x| x.status == "False" && x.r#type != toolgate_crds::conditions::STATE_UPDATED)
-    {
-        s.push_str(&format!(
-            "\n  why: {} {}: {}",
-            stop.r#type, stop.reason, stop.message
-        ));
-    }
-    if !c.output_preview.is_empty() {
-        s.push_str(&format!(
-            "\n  preview: {}",
-            c.output_preview.trim_end().replace('\n', "\n           ")
-        ));
-    }
-    for a in &c.artifacts {
-        s.push_str(&format!(
-            "\n  artifact {} {} ({} bytes, {})",
-            a.artifact_id, a.uri, a.size_bytes, a.content_hash
-        ));
-    }
-    s
-}
-
-/// What a call's phase means as an exit code, the same codes as `toolgate check`: 0 it runs or
-/// ran, 3 it waits for an approval, 4 it was denied, 1 it failed or was cancelled.
-pub fn phase_exit_code(phase: &str) -> ExitCode {
-    match phase {
-        "AwaitingApproval" => ExitCode::from(crate::exit::EXIT_APPROVAL),
-        "Denied" => ExitCode::from(crate::exit::EXIT_DENY),
-        "Failed" | "Cancelled" => ExitCode::from(1),
-        _ => ExitCode::SUCCESS,
-    }
-}
-
-/// How long ago `created` (RFC 3339) was, as kubectl's AGE column says it: `45s`, `12m`, `5h`,
-/// `3d`; `<unknown>` when it does not parse.
-pub fn age(created: &str, now: jiff::Timestamp) -> String {
-    let Ok(t) = created.parse::<jiff::Timestamp>() else {
-        return "<unknown>".into();
-    };
-    let seconds = now.duration_since(t).as_secs().max(0);
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 3 * 3600 => format!("{}m", s / 60),
-        s if s < 48 * 3600 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
-/// How long `call --watch` waits while a call awaits approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Until it ends.
-    Forever,
-    /// At most this long.
-    For(std::time::Duration),
-}
-
-/// A duration as people write it: `30s`, `10m`, `1h30m`, `500ms` (or ISO 8601, `PT10M`).
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let d: jiff::SignedDuration = text
-        .trim()
-        .parse()
-        .map_err(|e| format!("expected a duration such as 30s, 10m or 1h30m, got {text:?}: {e}"))?;
-    std::time::Duration::try_from(d)
-        .map_err(|_| format!("expected a positive duration, got {text:?}"))
-}
-
-fn parse_wait(text: &str) -> Result<Wait, String> {
-    match text {
-        "forever" => Ok(Wait::Forever),
-        _ => parse_duration(text).map(Wait::For),
-    }
-}
-
-/// How a watch ended.
-enum Watched {
-    /// The call ended; its last state.
-    Ended(Option<Box<pb::Call>>),
-    /// It waits for approval and the caller does not wait.
-    AwaitsApproval,
-    /// The time ran out.
-    TimedOut(String),
-}
-
-/// Follow a call's events, printing each, until it ends, it awaits approval while `approval` says
-/// not to wait (any longer), or `timeout` passes.
-async fn follow(
-    c: &mut Client,
-    id: &str,
-    approval: Option<Wait>,
-    timeout: Option<std::time::Duration>,
-) -> Result<Watched, tonic::Status> {
-    use tokio::time::Instant;
-    let r = c.req(pb::WatchCallRequest { id: id.into() });
-    let mut stream = c.inner.watch_call(r).await?.into_inner();
-    let far = Instant::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-    let deadline = timeout.map_or(far, |t| Instant::now() + t);
-    let mut approval_deadline = far;
-    let mut last = None;
-    loop {
-        let until = deadline.min(approval_deadline);
-        let next = tokio::select! {
-            e = stream.next() => e,
-            () = tokio::time::sleep_until(until) => {
-                let what = if until == approval_deadline { "no approval came" } else { "the call has not ended" };
-                return Ok(Watched::TimedOut(what.into()));
-            }
-        };
-        let Some(e) = next else {
-            return Ok(Watched::Ended(last));
-        };
-        let e = e?;
-        outln!("{}", event_line(&e));
-        if e.phase == "AwaitingApproval" {
-            match approval {
-                None => return Ok(Watched::AwaitsApproval),
-                Some(Wait::For(d)) if approval_deadline == far => {
-                    approval_deadline = Instant::now() + d;
-                }
-                _ => {}
-            }
-        } else {
-            approval_deadline = far;
-        }
-        if let Some(call) = e.call {
-            last = Some(Box::new(call));
-        }
-    }
-}
-
-/// The line `call --watch` and `watch` end on when they stop before the call does.
-fn stopped_watching(id: &str, why: &Watched) -> (String, ExitCode) {
-    match why {
-        Watched::AwaitsApproval => (
-            format!(
-                "waiting for approval of {id}: a reviewer runs `toolgate approve {id}`; follow it with `toolgate watch {id}` (or `call --watch --wait-approval`)"
-            ),
-            ExitCode::from(crate::exit::EXIT_APPROVAL),
-        ),
-        Watched::TimedOut(what) => (
-            format!("stopped watching {id}: {what} in time; it goes on (`toolgate watch {id}`)"),
-            ExitCode::from(crate::exit::EXIT_TIMEOUT),
-        ),
-        Watched::Ended(_) => (String::new(), ExitCode::SUCCESS),
-    }
-}
-
-/// Client commands.
-#[derive(Debug, clap::Subcommand)]
-pub enum ClientCommand {
-    /// Propose a call.
-    Call {
-        /// The tool (name from the view).
-        tool: String,
-        /// Args as a JSON object.
-        #[arg(long, default_value = "{}")]
-        args: String,
-        /// The action type (`read`, `write`, `external_send`, …).
-        #[arg(long)]
-        action: String,
-        /// The current task, in words.
-        #[arg(long)]
-        task: String,
-        /// The user's goal (default: the task).
-        #[arg(long)]
-        goal: Option<String>,
-        /// Why this call (default: the task).
-        #[arg(long)]
-        rationale: Option<String>,
-        /// Namespace (default: the caller's service-account namespace).
-        #[arg(long, default_value = "")]
-        namespace: String,
-        /// Idempotency key.
-        #[arg(long, default_value = "")]
-        idempotency_key: String,
-        /// Ask for a dry run.
-        #[arg(long)]
-        dry_run: bool,
-        /// Follow the call through its chain until it ends; a call that waits for a human
-        /// returns at once (exit 3, with the command that approves it) unless `--wait-approval`.
-        #[arg(long)]
-        watch: bool,
-        /// With `--watch`: keep waiting while the call awaits approval, for at most DURATION
-        /// (`30s`, `10m`, `1h`) when given, else until it ends.
-        #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait)]
-        wait_approval: Option<Wait>,
-        /// With `--watch`: stop watching after DURATION (exit 5; the call goes on).
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-        timeout: Option<std::time::Duration>,
-    },
-    /// Print a skill's instructions (SKILL.md): what to do, not a permission; its scripts run
-    /// only as the tools it declares, when a grant allows them.
-    Skill {
-        /// The skill's name (the view lists the skills an intent matches).
-        name: String,
-        /// Namespace (default: the caller's service-account namespace).
-        #[arg(long, default_value = "")]
-        namespace: String,
-        /// Print the skill as JSON.
-        #[arg(short = 'o', long)]
-        json: bool,
-    },
-    /// Fetch the token a running delegation (a call of a subagent tool) hands its subagent:
-    /// once, as the delegation's principal. Prints the token and the handoff as JSON; start the
-    /// subagent with TOOLGATE_TOKEN set to it.
-    DelegationToken {
-        /// The delegation's call id.
-        id: String,
-    },
-    /// As a subagent (TOOLGATE_TOKEN is its delegation token): end the delegation with a
-    /// summary and a result.
-    CompleteDelegation {
-        /// What was found and done (at most 4 KiB): the delegation's output preview.
-        #[arg(long)]
-        summary: String,
-        /// The result as JSON (checked against the delegation tool's output schema).
-        #[arg(long, default_value = "")]
-        result: String,
-        /// The task failed.
-        #[arg(long)]
-        failed: bool,
-        /// Tokens spent (checked against the delegation's maxTokens).
-        #[arg(long, default_value_t = 0)]
-        tokens_used: u64,
-    },
-    /// Show a call.
-    Get {
-        /// Call id.
-        id: String,
-        /// Print the whole call as JSON.
-        #[arg(short = 'o', long)]
-        json: bool,
-    },
-    /// List calls.
-    List {
-        /// Only this namespace.
-        #[arg(long, short = 'n', default_value = "")]
-        namespace: String,
-        /// Only this phase.
-        #[arg(long, default_value = "")]
-        phase: String,
-        /// Only this tool.
-        #[arg(long, default_value = "")]
-        tool: String,
-    },
-    /// Follow a call's events until it ends.
-    Watch {
-        /// Call id.
-        id: String,
-        /// Stop watching after DURATION (`30s`, `10m`; exit 5; the call goes on).
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-        timeout: Option<std::time::Duration>,
-    },
-    /// Approve a call, bound to the args and tool version shown.
-    Approve {
-        /// Call id.
-        id: String,
-        /// Approve the session, not only this call.
-        #[arg(long)]
-        session: bool,
-        /// Seconds the approval stays valid.
-        #[arg(long, default_value_t = 900)]
-        ttl: u32,
-        /// A note.
-        #[arg(long, default_value = "")]
-        comment: String,
-    },
-    /// Deny a call.
-    Deny {
-        /// Call id.
-        id: String,
-        /// Why.
-        #[arg(long, default_value = "")]
-        comment: String,
-    },
-    /// Cancel a call.
-    Cancel {
-        /// Call id.
-        id: String,
-        /// Why.
-        #[arg(long, default_value = "")]
-        reason: String,
-    },
-    /// Explain a call: view, decision, approval, sandbox, credential (by name), events.
-    Explain {
-        /// Call id.
-        id: String,
-    },
-    /// Fetch an artifact's content to stdout (or a file).
-    Artifact {
-        /// Call id.
-        call: String,
-        /// Artifact id (`stdout`).
-        artifact: String,
-        /// Write here instead of stdout.
-        #[arg(short = 'o', long)]
-        out: Option<std::path::PathBuf>,
-    },
-}
-
-/// A failed request as one line: the status, its stable code and field, and what broke.
-pub fn status_error(s: tonic::Status) -> anyhow::Error {
-    let (code, field) = toolgate_proto::status_code_and_field(&s);
-    let mut msg = format!("{:?}: {}", s.code(), s.message());
-    if !code.is_empty() {
-        msg.push_str(&format!(" [{code}]"));
-    }
-    if let Some(f) = field {
-        msg.push_str(&format!(" (field {f})"));
-    }
-    // A transport failure (TLS 1.3 refuses a client certificate after the handshake): its causes.
-    if let Some(source) = std::error::Error::source(&s) {
-        let detail = error_line(source);
-        match tls_hint(&detail).or_else(|| TRANSPORT_HINT.get().copied()) {
-            Some(hint) => msg.push_str(&format!(": {hint} ({detail})")),
-            None => msg.push_str(&format!(" ({detail})")),
-        }
-    }
-    anyhow::anyhow!(msg)
-}
-
-/// Run a client command.
-pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let mut c = Client::from_conn(conn).await?;
-        match cmd {
-            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch, wait_approval, timeout } => {
-                let call = c
-                    .propose(pb::ProposeCallRequest {
-                        namespace,
-                        tool,
-                        tool_digest: String::new(),
-                        args_json: args,
-                        intent: Some(pb::Intent {
-                            user_goal: goal.unwrap_or_else(|| task.clone()),
-                            rationale_summary: rationale.unwrap_or_else(|| task.clone()),
-                            current_task: task,
-                            action_type: action,
-                            evidence_refs: vec![],
-                        }),
-                        idempotency_key,
-                        dry_run,
-                        session_id: String::new(),
-                    })
-                    .await
-                    .map_err(status_error)?;
-                outln!("{}", call_summary(&call));
-                if !watch {
-                    return Ok(phase_exit_code(&call.phase));
-                }
-                let watched = if call.phase == "AwaitingApproval" && wait_approval.is_none() {
-                    Watched::AwaitsApproval
-                } else {
-                    follow(&mut c, &call.id, wait_approval, timeout).await.map_err(status_error)?
-                };
-                let end = match watched {
-                    // The last event carries the call as it ended (a server before it did not).
-                    Watched::Ended(Some(end)) => *end,
-                    Watched::Ended(None) => c.get(&call.id).await.map_err(status_error)?,
-                    stopped => {
-                        let (line, code) = stopped_watching(&call.id, &stopped);
-                        outln!("{line}");
-                        return Ok(code);
-                    }
-                };
-                outln!("{}", call_summary(&end));
-                return Ok(phase_exit_code(&end.phase));
-            }
-            ClientCommand::DelegationToken { id } => {
-                let r = c.req(pb::GetDelegationTokenRequest { call_id: id });
-                let d = c.api().get_delegation_token(r).await.map_err(status_error)?.into_inner();
-                let handoff: serde_json::Value = serde_json::from_str(&d.handoff_json).unwrap_or_default();
-                crate::out::json(&serde_json::json!({
-                    "token": d.token, "expiresAt": d.expires_at, "handoff": handoff,
-                }));
-            }
-            ClientCommand::CompleteDelegation { summary, result, failed, tokens_used } => {
-                let r = c.req(pb::CompleteDelegationRequest { summary, result_json: result, failed, tokens_used });
-                let call = c.api().complete_delegation(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
-            }
-            ClientCommand::Skill { name, namespace, json } => {
-                let r = c.req(pb::GetSkillRequest { namespace, name });
-                let skill = c.api().get_skill(r).await.map_err(status_error)?.into_inner();
-                if json {
-                    crate::out::json(&serde_json::json!({
-                        "name": skill.name, "description": skill.description, "instructionsDigest": skill.instructions_digest,
-                        "tools": skill.tools, "instructions": skill.instructions,
-                    }));
-                } else {
-                    outln!("# skill {} ({}): {}
-# its tools: {}
-
-{}", skill.name, skill.instructions_digest, skill.description,
-                        if skill.tools.is_empty() { "none".to_string() } else { skill.tools.join(", ") }, skill.instructions);
-                }
-            }
-            ClientCommand::Get { id, json } => {
-                let call = c.get(&id).await.map_err(status_error)?;
-                if json {
-                    let status: serde_json::Value = serde_json::from_str(&call.status_json).unwrap_or_default();
-                    crate::out::json(&serde_json::json!({
-                        "id": call.id, "namespace": call.namespace, "tool": call.tool, "toolDigest": call.tool_digest,
-                        "principal": call.principal, "argsDigest": call.args_digest, "args": serde_json::from_str::<serde_json::Value>(&call.args_json).unwrap_or_default(),
-                        "status": status,
-                    }));
-                } else {
-                    outln!("{}", call_summary(&call));
-                    for cond in &call.conditions {
-                        outln!("  {:<18} {:<6} {:<20} {}", cond.r#type, cond.status, cond.reason, cond.message);
-                    }
-                }
-            }
-            ClientCommand::List { namespace, phase, tool } => {
-                let mut token = String::new();
-                let now = jiff::Timestamp::now();
-                outln!("{:<32} {:<22} {:<18} {:<16} {:<6} PRINCIPAL", "ID", "TOOL", "PHASE", "DECISION", "AGE");
-                loop {
-                    let r = c.req(pb::ListCallsRequest { namespace: namespace.clone(), phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
-                    let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
-                    for call in &page.calls {
-                        outln!("{:<32} {:<22} {:<18} {:<16} {:<6} {}", call.id, call.tool, call.phase, call.decision, age(&call.created_at, now), call.principal);
-                    }
-                    if page.next_page_token.is_empty() { break; }
-                    token = page.next_page_token;
-                }
-            }
-            ClientCommand::Watch { id, timeout } => {
-                let watched = follow(&mut c, &id, Some(Wait::Forever), timeout).await.map_err(status_error)?;
-                if let Watched::TimedOut(_) = watched {
-                    let (line, code) = stopped_watching(&id, &watched);
-                    outln!("{line}");
-                    return Ok(code);
-                }
-            }
-            ClientCommand::Approve { id, session, ttl, comment } => {
-                let call = c.get(&id).await.map_err(status_error)?;
-                outln!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
-                outln!("  args: {}", call.args_json);
-                let call = c.approve(&call, session, ttl, &comment).await.map_err(status_error)?;
-                outln!("{}", call_summary(&call));
-            }
-            ClientCommand::Deny { id, comment } => {
-                let r = c.req(pb::DenyCallRequest { id, comment });
-                let call = c.api().deny_call(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
-            }
-            ClientCommand::Cancel { id, reason } => {
-                let r = c.req(pb::CancelCallRequest { id, reason });
-                let call = c.api().cancel_call(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
-            }
-            ClientCommand::Explain { id } => {
-                let x = c.explain(&id).await.map_err(status_error)?;
-                out!("{}", explanation_text(&x));
-            }
-            ClientCommand::Artifact { call, artifact, out } => {
-                let (data, hash) = c.artifact(&call, &artifact).await.map_err(status_error)?;
-                let got = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&data)));
-                if !hash.is_empty() && got != hash {
-                    anyhow::bail!("artifact content hash {got} does not match the recorded {hash}");
-                }
-                match out {
-                    Some(p) => std::fs::write(&p, &data).with_context(|| format!("writing {}", p.display()))?,
-                    None => std::io::Write::write_all(&mut std::io::stdout(), &data)?,
-                }
-            }
-        }
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
-/// An explanation as text.
-pub fn explanation_text(x: &pb::Explanation) -> String {
-    let mut s = String::new();
-    if let Some(c) = &x.call {
-        s.push_str(&format!("call {} — {} by {}\n", c.id, c.tool, c.principal));
-        s.push_str(&format!(
-            "  tool version {}\n  args digest  {}\n",
-            c.tool_digest, c.args_digest
-        ));
-        s.push_str(&format!(
-            "  decision: {} (risk {})\n",
-            c.decision, c.risk_tier
-        ));
-        for r in &c.reasons {
-            s.push_str(&format!("    - {} [{}]\n", r.message, r.code));
-        }
-    }
-    if let Some(v) = &x.view {
-        s.push_str("  what the model could see for this intent:\n");
-        for t in &v.exposed {
-            s.push_str(&format!("    + {:<22} {}\n", t.name, t.reason));
-        }
-        for h in &v.hidden {
-            s.push_str(&format!("    - {:<22} {} [{}]\n", h.name, h.reason, h.code));
-        }
-    }
-    if !x.approval.is_empty() {
-        s.push_str(&format!("  approval: {} by {}\n", x.approval, x.approver));
-    }
-    if let Some(c) = &x.call
-        && !c.parent_call.is_empty()
-    {
-        s.push_str(&format!(
-            "  a subagent's call, of delegation {}\n",
-            c.parent_call
-        ));
-    }
-    if !x.children.is_empty() {
-        s.push_str(&format!(
-            "  its subagent's calls: {}\n",
-            x.children.join(", ")
-        ));
-    }
-    if !x.sandbox_policy.is_empty() {
-        s.push_str(&format!("  sandbox policy: {}\n", x.sandbox_policy));
-    }
-    if !x.credential_binding.is_empty() {
-        s.push_str(&format!(
-            "  credential binding: {} (value never shown)\n",
-            x.credential_binding
-        ));
-    }
-    if !x.effects_json.is_empty() {
-        s.push_str(&format!("  observed effects: {}\n", x.effects_json));
-    }
-    s.push_str("  events:\n");
-    for e in &x.events {
-        s.push_str(&format!("  {} {}\n", e.time, event_line(e).trim_start()));
-    }
-    s
-}
-
 /// An error and its causes in one line, each cause once: some libraries print their cause in
 /// their own message and report it as the source too ("tcp connect error: tcp connect error").
-/// An `anyhow::Error` is given as `e.as_ref()`.
+/// (An `anyhow::Error` is given as `e.as_ref()`.)
 pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = String::new();
     for cause in std::iter::successors(Some(e), |cause| cause.source()) {
@@ -937,48 +405,35 @@ pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{age, error_line, parse_duration};
-
-    #[test]
-    fn ages_read_as_kubectl_writes_them() {
-        let now: jiff::Timestamp = "2026-12-07T12:00:00Z".parse().expect("now");
-        for (created, shown) in [
-            ("2026-12-07T11:59:15Z", "45s"),
-            ("2026-12-07T11:48:00Z", "12m"),
-            ("2026-12-07T07:00:00Z", "5h"),
-            ("2026-12-04T12:00:00Z", "3d"),
-            ("2026-12-07T12:00:05Z", "0s"),
-            ("yesterday", "<unknown>"),
-        ] {
-            assert_eq!(age(created, now), shown, "{created}");
-        }
-    }
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(
-            parse_duration("30s"),
-            Ok(std::time::Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_duration("1h30m"),
-            Ok(std::time::Duration::from_secs(5400))
-        );
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-5s").is_err());
-    }
+    use super::error_line;
 
     #[derive(Debug, thiserror::Error)]
     #[error("tcp connect error: {0}")]
     struct Connect(#[source] std::io::Error);
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("connecting to http://127.0.0.1:1")]
+    struct Connecting(#[source] Connect);
+
     #[test]
     fn each_cause_appears_once() {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
-        let e = anyhow::Error::new(Connect(io)).context("connecting to http://127.0.0.1:1");
+        let e = Connecting(Connect(io));
         assert_eq!(
-            error_line(e.as_ref()),
+            error_line(&e),
             "connecting to http://127.0.0.1:1: tcp connect error: Connection refused"
+        );
+    }
+
+    #[test]
+    fn a_refusal_says_its_reason_and_field() {
+        let e = super::Error::from(tonic::Status::not_found("call \"x\""));
+        assert_eq!(e.reason(), None);
+        assert_eq!(e.to_string(), "NotFound: call \"x\"");
+        let bad = super::server_url("ftp://h:1").expect_err("scheme");
+        assert_eq!(
+            bad.to_string(),
+            "--server ftp://h:1: expected host:port, http://host:port or https://host:port"
         );
     }
 }
