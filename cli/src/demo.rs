@@ -265,6 +265,8 @@ pub fn run(keep: bool) -> anyhow::Result<ExitCode> {
     rt.block_on(play(keep))
 }
 
+/// The demo's story, told in order on one running `toolgate local`: one function so the story
+/// reads top to bottom as it prints, each step a few lines.
 async fn play(keep: bool) -> anyhow::Result<ExitCode> {
     let dir = tempfile::Builder::new()
         .prefix("toolgate-demo-")

@@ -283,6 +283,8 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// Parse the command line and run the command: one arm per command (its length is the number of
+/// commands; each arm calls the command's own module).
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -226,8 +226,18 @@ pub fn decide_in(
     decide(&call, tool, &grants, approvals, now, limits)
 }
 
+/// Why a step of [`decide`] denies the call: its reason code and text.
+struct Denied(&'static str, String);
+
+impl Denied {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Denied(code, message.into())
+    }
+}
+
 /// Decide on a call. `grants` are the grants of the call's namespace whose subjects include the
 /// principal (the registry's index finds them); `approvals` those that may bind the call.
+/// The steps run in the order of the causal chain; the first that denies ends the decision.
 pub fn decide(
     call: &CallUnderReview<'_>,
     tool: Option<&RegisteredTool>,
@@ -237,39 +247,68 @@ pub fn decide(
     limits: &ArgsLimits,
 ) -> Decision {
     let mut d = Decision::new();
-    let spec = call.spec;
+    let steps = |d: &mut Decision| -> Result<DecisionOutcome, Denied> {
+        let tool = registered(d, call, tool)?;
+        within_delegation(d, call, tool)?;
+        args_valid(d, call, tool, limits)?;
+        this_version_for_this_intent(d, call, tool)?;
+        let grant = granted(d, call, tool, grants, now)?;
+        tool_policies_allow(d, call, tool, now)?;
+        approved(d, call, tool, &grant.spec, approvals, now)
+    };
+    match steps(&mut d) {
+        Ok(outcome) => {
+            d.outcome = outcome;
+            d
+        }
+        Err(Denied(code, message)) => d.deny(code, message),
+    }
+}
 
-    // Invariant 1: a registered, enabled tool version.
+/// Invariant 1: a registered tool, whose tier, level and digest the decision records.
+fn registered<'t>(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: Option<&'t RegisteredTool>,
+) -> Result<&'t RegisteredTool, Denied> {
     let Some(tool) = tool else {
-        return d.deny(
+        return Err(Denied::new(
             "tool-not-found",
             reason!(
                 "no tool {:?} is registered in namespace {}",
-                spec.tool_ref.name,
+                call.spec.tool_ref.name,
                 call.namespace
             ),
-        );
+        ));
     };
     d.risk_tier = Some(tool.tier);
     d.risk_level = Some(tool.spec.risk.level);
     d.tool_digest = Some(tool.digest.clone());
+    Ok(tool)
+}
 
-    // A subagent's call: within its delegation (live, an allowed tool, budget left), decided
-    // with the delegator's grants.
+/// A subagent's call stays within its delegation (live, an allowed tool, budget left); it is
+/// decided with the delegator's grants.
+fn within_delegation(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+) -> Result<(), Denied> {
+    let spec = call.spec;
     if let Some(delegation) = &spec.delegation {
         match call.delegation {
             None => {
-                return d.deny(
+                return Err(Denied::new(
                     "delegation-not-live",
                     reason!(
                         "delegation {} is not a running call",
                         delegation.parent_call
                     ),
-                );
+                ));
             }
             Some(scope) => {
                 if let Err((code, message)) = scope.admits(&tool.name) {
-                    return d.deny(code, message);
+                    return Err(Denied::new(code, message));
                 }
                 d.because(
                     "delegation-admits",
@@ -285,15 +324,26 @@ pub fn decide(
         }
     }
 
+    Ok(())
+}
+
+/// Invariant 3: args before policy — the input schema, the size and depth limits, and paths
+/// that stay in the workspace.
+fn args_valid(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+    limits: &ArgsLimits,
+) -> Result<(), Denied> {
+    let spec = call.spec;
     // A tool whose input schema does not even compile cannot validate args: say what it is.
     if tool.input_validator.is_none() && !tool.is_callable() {
-        return d.deny(
+        return Err(Denied::new(
             "tool-not-enabled",
             reason!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
-        );
+        ));
     }
 
-    // Invariant 3: args before policy.
     let (args_digest, canonical_len) = digest::args_digest_sized(&spec.args);
     d.args_digest = args_digest.ok();
     let report: ArgsReport = match &tool.input_validator {
@@ -326,28 +376,39 @@ pub fn decide(
             first.pointer.clone()
         };
         let msg = reason!("{n} args violation(s); first at {at}: {}", first.message);
-        return d.deny("args-invalid", msg);
+        return Err(Denied::new("args-invalid", msg));
     }
     d.because(
         "args-valid",
         joined(&["args satisfy the input schema of ", &tool.name]),
     );
 
+    Ok(())
+}
+
+/// The tool is callable in the version the call pins (or the current one), trusted, and does
+/// what the intent says.
+fn this_version_for_this_intent(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+) -> Result<(), Denied> {
+    let spec = call.spec;
     if let Some(why) = tool.held_for_review() {
-        return d.deny(
+        return Err(Denied::new(
             "description-review",
             reason!("{} is held: {why}", tool.name),
-        );
+        ));
     }
     if !tool.is_callable() {
-        return d.deny(
+        return Err(Denied::new(
             "tool-not-enabled",
             reason!("{} is {:?}, not enabled", tool.name, tool.lifecycle),
-        );
+        ));
     }
     match &spec.tool_ref.digest {
         Some(pinned) if *pinned != tool.digest => {
-            return d.deny(
+            return Err(Denied::new(
                 "tool-digest-mismatch",
                 reason!(
                     "the call pins {} but {} is now {}: fetch a new tool view",
@@ -355,7 +416,7 @@ pub fn decide(
                     tool.name,
                     tool.digest
                 ),
-            );
+            ));
         }
         Some(_) => d.because(
             "tool-version-pinned",
@@ -370,13 +431,13 @@ pub fn decide(
         ),
     }
     if tool.spec.provenance.trust_level == TrustLevel::Untrusted {
-        return d.deny(
+        return Err(Denied::new(
             "untrusted-provenance",
             reason!(
                 "{} has untrusted provenance and is never allowed",
                 tool.name
             ),
-        );
+        ));
     }
     if !tool
         .spec
@@ -384,7 +445,7 @@ pub fn decide(
         .action_types
         .contains(&spec.intent.action_type)
     {
-        return d.deny(
+        return Err(Denied::new(
             "action-type-mismatch",
             reason!(
                 "the intent says {} but {} only does {}",
@@ -398,15 +459,25 @@ pub fn decide(
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-        );
+        ));
     }
-    let perms = &tool.spec.permissions;
+    Ok(())
+}
+
+/// A grant of the principal's covers the tool, with the scopes it requires.
+fn granted<'g>(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+    grants: &[&'g GrantEntry],
+    now: Timestamp,
+) -> Result<&'g GrantEntry, Denied> {
     let (grant, required) =
         match authorize_principal(tool, grants, call.namespace, call.principal, now) {
             Ok(ok) => ok,
             Err(refusal) => {
                 d.missing_scopes = refusal.missing_scopes;
-                return d.deny(refusal.code, refusal.message);
+                return Err(Denied::new(refusal.code, refusal.message));
             }
         };
     d.grant = Some(grant.name.clone());
@@ -431,7 +502,17 @@ pub fn decide(
     matched.push(']');
     d.because("grant-matched", matched);
 
-    // ToolPolicies narrow what the grant allows: a forbid denies, a shadow one is recorded.
+    Ok(grant)
+}
+
+/// ToolPolicies narrow what the grant allows: a forbid denies, a shadow one is recorded.
+fn tool_policies_allow(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+    now: Timestamp,
+) -> Result<(), Denied> {
+    let spec = call.spec;
     if let Some(policies) = call.tool_policies {
         let verdict = policies.evaluate(&CedarCall {
             tool,
@@ -460,7 +541,7 @@ pub fn decide(
             });
         }
         if let Some(f) = verdict.forbidden.first() {
-            return d.deny(
+            return Err(Denied::new(
                 "policy-forbidden",
                 reason!(
                     "ToolPolicy {} forbids this call ({}): {}",
@@ -468,13 +549,27 @@ pub fn decide(
                     f.policy,
                     f.reason
                 ),
-            );
+            ));
         }
     }
 
-    // Does a human have to approve?
+    Ok(())
+}
+
+/// Whether a human has to approve, and whether one did: a binding approval (a denial ends the
+/// call), and for an L5 call the second confirmation its tool asks for.
+fn approved(
+    d: &mut Decision,
+    call: &CallUnderReview<'_>,
+    tool: &RegisteredTool,
+    grant: &toolgate_crds::ToolGrantSpec,
+    approvals: &[ApprovalEntry<'_>],
+    now: Timestamp,
+) -> Result<DecisionOutcome, Denied> {
+    let spec = call.spec;
+    let perms = &tool.spec.permissions;
     let dry_run = spec.dry_run && tool.spec.effects.dry_run_supported;
-    let (needs, why) = approval_needed(tool, &grant.spec, dry_run);
+    let (needs, why) = approval_needed(tool, grant, dry_run);
     d.because(
         if needs {
             "approval-required"
@@ -484,8 +579,7 @@ pub fn decide(
         joined(&why.pieces()),
     );
     if !needs {
-        d.outcome = DecisionOutcome::Allow;
-        return d;
+        return Ok(DecisionOutcome::Allow);
     }
     let args_digest = d.args_digest.clone().unwrap_or_default();
     let subject = ApprovalSubject {
@@ -504,18 +598,17 @@ pub fn decide(
         match check_approval(a.spec, a.consumed, &subject, now) {
             Ok(()) if a.spec.decision == ApprovalDecision::Deny => {
                 d.approval = Some(a.name.to_string());
-                return d.deny(
+                return Err(Denied::new(
                     "approval-denied",
                     reason!("{} denied the call ({})", a.spec.approver, a.name),
-                );
+                ));
             }
             Ok(()) => granted.push(a),
             Err(void) => d.because(void.code(), reason!("approval {} is void: {void}", a.name)),
         }
     }
     let Some(first) = granted.first() else {
-        d.outcome = DecisionOutcome::RequireApproval;
-        return d;
+        return Ok(DecisionOutcome::RequireApproval);
     };
     d.approval = Some(first.name.to_string());
     d.because(
@@ -527,12 +620,11 @@ pub fn decide(
             first.spec.expires_at
         ),
     );
-    d.outcome = if tool.tier == RiskTier::L5 && !dry_run {
-        confirm_l5(&mut d, tool, &subject, &granted, call.dry_runs, now)
+    Ok(if tool.tier == RiskTier::L5 && !dry_run {
+        confirm_l5(d, tool, &subject, &granted, call.dry_runs, now)
     } else {
         DecisionOutcome::Allow
-    };
-    d
+    })
 }
 
 /// An approved L5 call needs its second confirmation, the one its tool asks for: a second

@@ -340,11 +340,9 @@ fn schema_of(tool: &Value, key: &str, required: bool) -> Result<Option<Value>, S
     }
 }
 
-fn normalize_one(
-    server: &ServerConfig<'_>,
-    prefix: &str,
-    tool: &Value,
-) -> Result<Normalized, String> {
+/// A listed tool's name (as the server says it, and as toolgate registers it under the server's
+/// prefix) and description, each within its bounds.
+fn named<'t>(prefix: &str, tool: &'t Value) -> Result<(&'t str, String, String), String> {
     let Value::Object(_) = tool else {
         return Err("expected a tool object".into());
     };
@@ -380,6 +378,18 @@ fn normalize_one(
             description.len()
         ));
     }
+    Ok((raw_name, name, description))
+}
+
+/// One listed tool as a descriptor: named under the server's prefix, its claims believed as far
+/// as the server's trust allows and calibrated to a tier, run by the MCP adapter in the server's
+/// sandbox.
+fn normalize_one(
+    server: &ServerConfig<'_>,
+    prefix: &str,
+    tool: &Value,
+) -> Result<Normalized, String> {
+    let (raw_name, name, description) = named(prefix, tool)?;
     let input_schema = schema_of(tool, "inputSchema", true)?.unwrap_or_default();
     let output_schema = schema_of(tool, "outputSchema", false)?;
     let annotations = tool.get("annotations").filter(|a| a.is_object());

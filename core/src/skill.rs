@@ -212,6 +212,60 @@ pub fn load(
     files: &Files,
 ) -> Result<LoadedSkill, Vec<SkillError>> {
     let mut errors = Vec::new();
+    let instructions = instructions(name, spec, files, &mut errors)?;
+    let declarations = declarations(files, &mut errors);
+    let mut manifests = Vec::new();
+    let mut tools = Vec::new();
+    let mut declared_scripts = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    for (i, tool) in declarations.tools.into_iter().enumerate() {
+        let content = match script_of(i, &tool, name, files, &mut names) {
+            Ok(content) => content,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        declared_scripts.insert(tool.script.clone());
+        let tool_name = tool.name.clone();
+        let d = script_descriptor(name, spec, tool, content, &instructions.default_version);
+        let (discovered, manifest) = registered(namespace, name, spec, i, tool_name, &d);
+        tools.push(discovered);
+        manifests.push(manifest);
+    }
+    enabled_are_declared(spec, &tools, &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(LoadedSkill {
+        description: instructions.description,
+        instructions: instructions.body,
+        instructions_digest: instructions.digest,
+        withheld: instructions.withheld,
+        manifests,
+        tools,
+        unregistered: unregistered(files, &declared_scripts),
+    })
+}
+
+/// What `SKILL.md` says: its description, its instructions and their digest, whether they are
+/// withheld for review, and the version its scripts default to.
+struct Instructions {
+    description: String,
+    body: String,
+    digest: String,
+    withheld: Option<String>,
+    default_version: Option<String>,
+}
+
+/// Read `SKILL.md`; a file that cannot be read at all refuses the skill at once, other problems
+/// are added to `errors`.
+fn instructions(
+    name: &str,
+    spec: &SkillSpec,
+    files: &Files,
+    errors: &mut Vec<SkillError>,
+) -> Result<Instructions, Vec<SkillError>> {
     let Some(raw) = files.get(SKILL_FILE) else {
         return Err(vec![error(
             SKILL_FILE,
@@ -255,13 +309,13 @@ pub fn load(
             ),
         ));
     }
-    let instructions_digest = crate::digest::sha256(raw);
+    let digest = crate::digest::sha256(raw);
     let flagged: Vec<&str> = crate::findings::poisoning::scan(text);
     let withheld = (!flagged.is_empty()
-        && spec.instructions_reviewed.as_deref() != Some(instructions_digest.as_str()))
+        && spec.instructions_reviewed.as_deref() != Some(digest.as_str()))
     .then(|| {
         format!(
-            "SKILL.md contains {}: withheld until a reviewer who read it sets spec.instructionsReviewed to {instructions_digest:?}",
+            "SKILL.md contains {}: withheld until a reviewer who read it sets spec.instructionsReviewed to {digest:?}",
             flagged.join("; ")
         )
     });
@@ -271,7 +325,18 @@ pub fn load(
         .and_then(Value::as_str)
         .map(str::to_string);
 
-    let declarations = match files.get(DECLARATIONS_FILE) {
+    Ok(Instructions {
+        description,
+        body: body.trim_start_matches(['\n', '\r']).to_string(),
+        digest,
+        withheld,
+        default_version,
+    })
+}
+
+/// `toolgate.yaml`, or no declarations (its problem added to `errors`).
+fn declarations(files: &Files, errors: &mut Vec<SkillError>) -> Declarations {
+    match files.get(DECLARATIONS_FILE) {
         None => Declarations { tools: vec![] },
         Some(bytes) => match utf8(DECLARATIONS_FILE, bytes, MAX_INSTRUCTIONS_BYTES).and_then(|t| {
             serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(t)).map_err(|e| {
@@ -288,172 +353,193 @@ pub fn load(
                 Declarations { tools: vec![] }
             }
         },
-    };
-
-    let mut manifests = Vec::new();
-    let mut tools = Vec::new();
-    let mut declared_scripts = BTreeSet::new();
-    let mut names = BTreeSet::new();
-    for (i, tool) in declarations.tools.into_iter().enumerate() {
-        let at = |field: &str| format!("tools[{i}].{field}");
-        if !crate::names::is_dns_label(&tool.name) {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("name"),
-                format!(
-                    "expected a lowercase name of letters, digits and '-' (the tool is {name}.<name>), found {:?}",
-                    tool.name
-                ),
-            ));
-            continue;
-        }
-        if !names.insert(tool.name.clone()) {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("name"),
-                format!("expected each tool once, found {:?} twice", tool.name),
-            ));
-            continue;
-        }
-        if !safe_relative(&tool.script) {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("script"),
-                format!(
-                    "expected a path inside the skill (scripts/run.py, no '..', not absolute), found {:?}",
-                    tool.script
-                ),
-            ));
-            continue;
-        }
-        if tool.interpreter.is_empty() || tool.interpreter.iter().any(|a| a.is_empty()) {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("interpreter"),
-                "expected the program that runs the script and its options ([python3]), found none",
-            ));
-            continue;
-        }
-        if let Some(shell) = shell_with_command(&tool.interpreter) {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("interpreter"),
-                format!("expected an interpreter that runs the script file, found {shell}: toolgate never runs a shell command line"),
-            ));
-            continue;
-        }
-        let Some(content) = files.get(&tool.script) else {
-            errors.push(error(
-                DECLARATIONS_FILE,
-                at("script"),
-                format!(
-                    "expected the file {:?} in the skill, found no such file",
-                    tool.script
-                ),
-            ));
-            continue;
-        };
-        let content = match utf8(&tool.script, content, MAX_SCRIPT_BYTES) {
-            Ok(c) => c.to_string(),
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        declared_scripts.insert(tool.script.clone());
-        let canonical = format!("{name}.{}", tool.name);
-        let d = ToolDescriptorSpec {
-            canonical_name: canonical.clone(),
-            display_name: None,
-            version: tool
-                .version
-                .clone()
-                .or_else(|| default_version.clone())
-                .unwrap_or_else(|| "0.0.0".into()),
-            source: ToolSource {
-                type_: SourceType::Skill,
-                source_id: Some(format!("{name}/{}", tool.script)),
-                package_name: None,
-                server_id: None,
-                uri: None,
-            },
-            description: tool.description,
-            intent: tool.intent,
-            schemas: ToolSchemas {
-                input_schema: tool.input_schema,
-                output_schema: tool.output_schema,
-                error_schema: None,
-            },
-            effects: tool.effects,
-            risk: tool.risk,
-            permissions: tool.permissions,
-            sandbox_policy_ref: Some(
-                tool.sandbox_policy_ref
-                    .unwrap_or_else(|| spec.sandbox_policy_ref.clone()),
-            ),
-            credential_binding_ref: tool.credential_binding_ref,
-            context_policy: tool.context_policy,
-            execution: Execution {
-                adapter: ExecutionAdapter::Cli,
-                image: None,
-                argv: tool.argv,
-                stdin: None,
-                working_dir: tool.working_dir,
-                http: None,
-                builtin: None,
-                mcp: None,
-                script: Some(ScriptExecution {
-                    path: tool.script.clone(),
-                    interpreter: tool.interpreter,
-                    content: content.clone(),
-                }),
-                timeout_ms: tool.timeout_ms,
-                retry_policy: RetryPolicy::default(),
-            },
-            provenance: Provenance {
-                trust_level: spec.trust_level,
-                manifest_hash: Some(crate::digest::sha256(content.as_bytes())),
-                signature: None,
-                source_refs: vec![format!("skill:{name}/{}", tool.script)],
-            },
-            observability: None,
-            deprecation: None,
-            subagent: None,
-            disabled: false,
-        };
-        let digest = crate::digest::descriptor_digest(&d).unwrap_or_default();
-        let enabled = spec
-            .enabled
-            .iter()
-            .any(|e| e.tool == tool.name && e.digest == digest);
-        let mut metadata = serde_json::json!({"name": canonical, "namespace": namespace});
-        if enabled {
-            metadata["annotations"] =
-                serde_json::json!({crate::findings::poisoning::REVIEWED_ANNOTATION: digest});
-        }
-        tools.push(DiscoveredTool {
-            tool: tool.name,
-            descriptor: canonical,
-            digest,
-            lifecycle: if enabled {
-                Lifecycle::Enabled
-            } else {
-                Lifecycle::Discovered
-            },
-        });
-        manifests.push(RawManifest {
-            origin: Origin {
-                source: format!("skill:{namespace}/{name}"),
-                document: i,
-            },
-            value: serde_json::json!({
-                "apiVersion": toolgate_crds::API_VERSION,
-                "kind": "ToolDescriptor",
-                "metadata": metadata,
-                "spec": d,
-            }),
-        });
     }
+}
+
+/// The script of declaration `i`, checked: a tool name used once, a path inside the skill, an
+/// interpreter that runs the file (never a shell command line), the file present as UTF-8.
+fn script_of(
+    i: usize,
+    tool: &ScriptTool,
+    name: &str,
+    files: &Files,
+    names: &mut BTreeSet<String>,
+) -> Result<String, SkillError> {
+    let at = |field: &str| format!("tools[{i}].{field}");
+    if !crate::names::is_dns_label(&tool.name) {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("name"),
+            format!(
+                "expected a lowercase name of letters, digits and '-' (the tool is {name}.<name>), found {:?}",
+                tool.name
+            ),
+        ));
+    }
+    if !names.insert(tool.name.clone()) {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("name"),
+            format!("expected each tool once, found {:?} twice", tool.name),
+        ));
+    }
+    if !safe_relative(&tool.script) {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("script"),
+            format!(
+                "expected a path inside the skill (scripts/run.py, no '..', not absolute), found {:?}",
+                tool.script
+            ),
+        ));
+    }
+    if tool.interpreter.is_empty() || tool.interpreter.iter().any(|a| a.is_empty()) {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("interpreter"),
+            "expected the program that runs the script and its options ([python3]), found none",
+        ));
+    }
+    if let Some(shell) = shell_with_command(&tool.interpreter) {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("interpreter"),
+            format!(
+                "expected an interpreter that runs the script file, found {shell}: toolgate never runs a shell command line"
+            ),
+        ));
+    }
+    let Some(content) = files.get(&tool.script) else {
+        return Err(error(
+            DECLARATIONS_FILE,
+            at("script"),
+            format!(
+                "expected the file {:?} in the skill, found no such file",
+                tool.script
+            ),
+        ));
+    };
+    utf8(&tool.script, content, MAX_SCRIPT_BYTES).map(str::to_string)
+}
+
+/// The descriptor of a checked script tool: the declaration as written, run by the CLI adapter
+/// under the skill's trust and sandbox policy (or its own).
+fn script_descriptor(
+    name: &str,
+    spec: &SkillSpec,
+    tool: ScriptTool,
+    content: String,
+    default_version: &Option<String>,
+) -> ToolDescriptorSpec {
+    let canonical = format!("{name}.{}", tool.name);
+    ToolDescriptorSpec {
+        canonical_name: canonical.clone(),
+        display_name: None,
+        version: tool
+            .version
+            .clone()
+            .or_else(|| default_version.clone())
+            .unwrap_or_else(|| "0.0.0".into()),
+        source: ToolSource {
+            type_: SourceType::Skill,
+            source_id: Some(format!("{name}/{}", tool.script)),
+            package_name: None,
+            server_id: None,
+            uri: None,
+        },
+        description: tool.description,
+        intent: tool.intent,
+        schemas: ToolSchemas {
+            input_schema: tool.input_schema,
+            output_schema: tool.output_schema,
+            error_schema: None,
+        },
+        effects: tool.effects,
+        risk: tool.risk,
+        permissions: tool.permissions,
+        sandbox_policy_ref: Some(
+            tool.sandbox_policy_ref
+                .unwrap_or_else(|| spec.sandbox_policy_ref.clone()),
+        ),
+        credential_binding_ref: tool.credential_binding_ref,
+        context_policy: tool.context_policy,
+        execution: Execution {
+            adapter: ExecutionAdapter::Cli,
+            image: None,
+            argv: tool.argv,
+            stdin: None,
+            working_dir: tool.working_dir,
+            http: None,
+            builtin: None,
+            mcp: None,
+            script: Some(ScriptExecution {
+                path: tool.script.clone(),
+                interpreter: tool.interpreter,
+                content: content.clone(),
+            }),
+            timeout_ms: tool.timeout_ms,
+            retry_policy: RetryPolicy::default(),
+        },
+        provenance: Provenance {
+            trust_level: spec.trust_level,
+            manifest_hash: Some(crate::digest::sha256(content.as_bytes())),
+            signature: None,
+            source_refs: vec![format!("skill:{name}/{}", tool.script)],
+        },
+        observability: None,
+        deprecation: None,
+        subagent: None,
+        disabled: false,
+    }
+}
+
+/// A script tool as the skill registers it: enabled when a reviewer enabled this digest.
+fn registered(
+    namespace: &str,
+    name: &str,
+    spec: &SkillSpec,
+    document: usize,
+    tool: String,
+    d: &ToolDescriptorSpec,
+) -> (DiscoveredTool, RawManifest) {
+    let canonical = d.canonical_name.clone();
+    let digest = crate::digest::descriptor_digest(d).unwrap_or_default();
+    let enabled = spec
+        .enabled
+        .iter()
+        .any(|e| e.tool == tool && e.digest == digest);
+    let mut metadata = serde_json::json!({"name": canonical, "namespace": namespace});
+    if enabled {
+        metadata["annotations"] =
+            serde_json::json!({crate::findings::poisoning::REVIEWED_ANNOTATION: digest});
+    }
+    let discovered = DiscoveredTool {
+        tool,
+        descriptor: canonical,
+        digest,
+        lifecycle: if enabled {
+            Lifecycle::Enabled
+        } else {
+            Lifecycle::Discovered
+        },
+    };
+    let manifest = RawManifest {
+        origin: Origin {
+            source: format!("skill:{namespace}/{name}"),
+            document,
+        },
+        value: serde_json::json!({
+            "apiVersion": toolgate_crds::API_VERSION,
+            "kind": "ToolDescriptor",
+            "metadata": metadata,
+            "spec": d,
+        }),
+    };
+    (discovered, manifest)
+}
+
+/// Every tool `spec.enabled` names is one the skill declares.
+fn enabled_are_declared(spec: &SkillSpec, tools: &[DiscoveredTool], errors: &mut Vec<SkillError>) {
     for e in &spec.enabled {
         if !tools.iter().any(|t| t.tool == e.tool) {
             errors.push(error(
@@ -475,10 +561,11 @@ pub fn load(
             ));
         }
     }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let unregistered = files
+}
+
+/// Script-like files no declaration names (a reviewer is told of them).
+fn unregistered(files: &Files, declared_scripts: &BTreeSet<String>) -> Vec<String> {
+    files
         .files
         .keys()
         .filter(|k| {
@@ -497,16 +584,7 @@ pub fn load(
                 })
         })
         .cloned()
-        .collect();
-    Ok(LoadedSkill {
-        description,
-        instructions: body.trim_start_matches(['\n', '\r']).to_string(),
-        instructions_digest,
-        withheld,
-        manifests,
-        tools,
-        unregistered,
-    })
+        .collect()
 }
 
 /// A relative path that stays inside its folder.

@@ -133,7 +133,9 @@ pub enum ViewFormat {
 /// is full, so cost follows the view, not the registry.
 const SMALL_CANDIDATE_SET: usize = 64;
 
-/// Compile a view.
+/// Compile a view: the candidates (by grant or action type, then domain), each scored against
+/// the intent, then visited in rank order — the policy filter hides what the principal may not
+/// use, and the rest is exposed until the view is full. Every tool hidden on the way says why.
 pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
     let mut hidden = Vec::new();
     let grants = crate::registry::with_usage(
@@ -141,14 +143,84 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         req.usage,
     );
     let grants: Vec<&crate::registry::GrantEntry> = grants.iter().collect();
+    let candidates = candidates(registry, req, &grants, &mut hidden);
+    let query = Query::of(registry, req);
+    let small = candidates.len() <= SMALL_CANDIDATE_SET;
+    let (mut order, anything_fits) = ranked(registry, req, &candidates, &query, small);
+    // Visit in rank order: policy filter, then expose until the view is full. Only the head of
+    // the order is sorted up front; the tail is sorted if the head runs out.
+    let max = req.max_tools.max(1);
+    let visit_all = small || req.explain;
+    let mut sorted = if visit_all {
+        order.len()
+    } else {
+        (max * 4).min(order.len())
+    };
+    if sorted < order.len() && sorted > 0 {
+        order.select_nth_unstable_by(sorted - 1, Ranked::cmp_key);
+    }
+    order[..sorted].sort_unstable_by(Ranked::cmp_key);
+    let mut exposed: Vec<ExposedTool> = Vec::new();
+    let tool_policies = registry.tool_policies(req.namespace);
+    let mut visited = 0;
+    for j in 0..order.len() {
+        if exposed.len() >= max && !visit_all {
+            break;
+        }
+        if j == sorted {
+            order[sorted..].sort_unstable_by(Ranked::cmp_key);
+            sorted = order.len();
+        }
+        let ranked = &order[j];
+        // Past the last tool the intent's words fit: the rest fit no better, and a view is
+        // not filled with them.
+        if ranked.unmatched && !ranked.negative_match && !req.explain {
+            break;
+        }
+        visited += 1;
+        let tool = registry.tool_at(ranked.index);
+        let full = exposed.len() >= max;
+        match judge(
+            tool,
+            ranked,
+            &grants,
+            req,
+            &query,
+            tool_policies,
+            anything_fits,
+            full,
+        ) {
+            Ok(e) => exposed.push(e),
+            Err(h) => hidden.push(h),
+        }
+    }
+    let mut used = BTreeSet::new();
+    for t in &mut exposed {
+        t.provider_name = provider_name(&t.canonical_name, &mut used);
+    }
+    hidden.sort_by(|a, b| a.name.cmp(&b.name));
+    ToolView {
+        exposed,
+        hidden,
+        not_ranked: order.len() - visited,
+    }
+}
+
+/// The tools a view considers: by the principal's named grants when that is all it has (a
+/// lookup per name), otherwise by action type from the index; then those in the asked domains.
+/// With `explain`, what the action type or domain leaves out is hidden with its reason.
+fn candidates(
+    registry: &Registry,
+    req: &ViewRequest<'_>,
+    grants: &[&crate::registry::GrantEntry],
+    hidden: &mut Vec<HiddenTool>,
+) -> Vec<usize> {
     let by_name_only = grants.iter().all(|g| g.spec.tools.selector.is_none());
     let wants = |t: &RegisteredTool| {
         req.action_type
             .is_none_or(|a| t.spec.intent.action_types.contains(&a))
     };
 
-    // Candidates: by the principal's named grants when that is all it has (a lookup per name),
-    // otherwise by action type from the index.
     let mut candidates: Vec<usize> = if by_name_only && !req.explain {
         let names: BTreeSet<&str> = grants
             .iter()
@@ -195,26 +267,55 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             keep
         });
     }
+    candidates
+}
 
-    // Score: BM25F of the intent's words over the tool's fields ([`crate::rank`]), lowered by
-    // each recent failure; do-not-use-when hints that match as many words as the tool does hide
-    // it. A tool that does more than the intent asks (a writer for a read, a destroyer for a
-    // change) ranks after every tool that fits without doing so; a deprecated one after the
-    // rest; ties go to the tool with fewer required args (the simpler fit for a request that
-    // says little), then the lower tier, then the name.
-    let corpus = registry.corpus(req.namespace);
-    let query_terms: BTreeSet<String> = terms(req.intent);
-    let idf = |t: &str| corpus.idf(registry.tools_with_term(req.namespace, t, false).len());
-    let mut query: Vec<(String, f64)> = query_terms.iter().map(|t| (t.clone(), idf(t))).collect();
-    query.extend(rank::everyday_terms(&query_terms).into_iter().map(|t| {
-        let w = 0.5 * idf(&t);
-        (t, w)
-    }));
-    let action = req
-        .action_type
-        .map(rank::declared_action)
-        .unwrap_or_else(|| rank::intent_action(req.intent));
-    let small = candidates.len() <= SMALL_CANDIDATE_SET;
+/// The intent as a query: its words (and the everyday words for them, at half weight) with the
+/// namespace's IDF, and the action it asks for.
+struct Query {
+    corpus: rank::Corpus,
+    terms: BTreeSet<String>,
+    weighted: Vec<(String, f64)>,
+    action: rank::IntentAction,
+}
+
+impl Query {
+    fn of(registry: &Registry, req: &ViewRequest<'_>) -> Query {
+        let corpus = registry.corpus(req.namespace);
+        let terms: BTreeSet<String> = terms(req.intent);
+        let idf = |t: &str| corpus.idf(registry.tools_with_term(req.namespace, t, false).len());
+        let mut weighted: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), idf(t))).collect();
+        weighted.extend(rank::everyday_terms(&terms).into_iter().map(|t| {
+            let w = 0.5 * idf(&t);
+            (t, w)
+        }));
+        let action = req
+            .action_type
+            .map(rank::declared_action)
+            .unwrap_or_else(|| rank::intent_action(req.intent));
+        Query {
+            corpus,
+            terms,
+            weighted,
+            action,
+        }
+    }
+}
+
+/// Score: BM25F of the intent's words over the tool's fields ([`crate::rank`]), lowered by
+/// each recent failure; do-not-use-when hints that match as many words as the tool does hide
+/// it. A tool that does more than the intent asks (a writer for a read, a destroyer for a
+/// change) ranks after every tool that fits without doing so; a deprecated one after the
+/// rest; ties go to the tool with fewer required args (the simpler fit for a request that
+/// says little), then the lower tier, then the name.
+/// Returns the candidates' places in the order (unsorted) and whether the intent fits any.
+fn ranked(
+    registry: &Registry,
+    req: &ViewRequest<'_>,
+    candidates: &[usize],
+    q: &Query,
+    small: bool,
+) -> (Vec<Ranked>, bool) {
     // Small sets: each candidate's text is scored. Large sets: one pass over the intent's words'
     // postings, whose weights the registry computed once (the same figures either way).
     let fits = if small {
@@ -224,7 +325,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
                 .map(|&i| {
                     (
                         i,
-                        rank::fit(&registry.tool_at(i).text, &query, &corpus).score,
+                        rank::fit(&registry.tool_at(i).text, &q.weighted, &q.corpus).score,
                     )
                 })
                 .filter(|(_, s)| *s > 0.0)
@@ -232,7 +333,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         )
     } else {
         let mut scores = vec![0.0; registry.tool_count()];
-        for (term, idf) in &query {
+        for (term, idf) in &q.weighted {
             let (tools, weights) = registry.weighted_postings(req.namespace, term);
             for (&i, &tf) in tools.iter().zip(weights) {
                 scores[i] += rank::contribution(tf, *idf);
@@ -241,13 +342,13 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
         Scores::Many(scores)
     };
     let mut negatives: HashMap<usize, i64> = HashMap::new();
-    for term in &query_terms {
+    for term in &q.terms {
         for &i in registry.tools_with_term(req.namespace, term, true) {
             *negatives.entry(i).or_default() += 1;
         }
     }
     let anything_fits = candidates.iter().any(|&i| fits.get(i) > 0.0);
-    let mut order: Vec<Ranked> = candidates
+    let order: Vec<Ranked> = candidates
         .iter()
         .map(|&i| {
             let t = registry.tool_at(i);
@@ -255,7 +356,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             let negative = negatives.get(&i).copied().unwrap_or(0);
             // Counted only where a do-not-use hint matched (the rare case).
             let positive = if fit > 0.0 && negative > 0 {
-                query_terms.intersection(&t.positive_terms).count() as i64
+                q.terms.intersection(&t.positive_terms).count() as i64
             } else {
                 0
             };
@@ -264,7 +365,7 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             } else {
                 req.recent_failures.get(&t.name).copied().unwrap_or(0)
             };
-            let demotion = rank::demotion(&t.spec, action);
+            let demotion = rank::demotion(&t.spec, q.action);
             let mut score = fit * 0.5f64.powi(failures.min(64) as i32);
             if demotion == rank::Demotion::Lowered {
                 score *= rank::LOWERED;
@@ -285,167 +386,135 @@ pub fn compile_view(registry: &Registry, req: &ViewRequest<'_>) -> ToolView {
             }
         })
         .collect();
-    // Visit in rank order: policy filter, then expose until the view is full. Only the head of
-    // the order is sorted up front; the tail is sorted if the head runs out.
+    (order, anything_fits)
+}
+
+/// One visited tool: exposed, with the reason it is there, or hidden by the policy filter, a
+/// do-not-use hint, no fit, or a view already `full`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the view's request, its query and the visit's state, each read by a different rule"
+)]
+fn judge(
+    tool: &RegisteredTool,
+    ranked: &Ranked,
+    grants: &[&crate::registry::GrantEntry],
+    req: &ViewRequest<'_>,
+    q: &Query,
+    tool_policies: Option<&crate::cedar::ToolPolicies>,
+    anything_fits: bool,
+    full: bool,
+) -> Result<ExposedTool, HiddenTool> {
+    let score = (-ranked.score) as f64 / 1e6;
     let max = req.max_tools.max(1);
-    let visit_all = small || req.explain;
-    let mut sorted = if visit_all {
-        order.len()
-    } else {
-        (max * 4).min(order.len())
-    };
-    if sorted < order.len() && sorted > 0 {
-        order.select_nth_unstable_by(sorted - 1, Ranked::cmp_key);
-    }
-    order[..sorted].sort_unstable_by(Ranked::cmp_key);
-    let mut exposed: Vec<ExposedTool> = Vec::new();
-    let tool_policies = registry.tool_policies(req.namespace);
-    let mut visited = 0;
-    for j in 0..order.len() {
-        if exposed.len() >= max && !visit_all {
-            break;
-        }
-        if j == sorted {
-            order[sorted..].sort_unstable_by(Ranked::cmp_key);
-            sorted = order.len();
-        }
-        let ranked = &order[j];
-        // Past the last tool the intent's words fit: the rest fit no better, and a view is
-        // not filled with them.
-        if ranked.unmatched && !ranked.negative_match && !req.explain {
-            break;
-        }
-        visited += 1;
-        let i = ranked.index;
-        let tool = registry.tool_at(i);
-        let score = (-ranked.score) as f64 / 1e6;
-        if let Err(h) = gate(tool) {
-            hidden.push(h);
-            continue;
-        }
-        let (grant, scopes) =
-            match authorize_principal(tool, &grants, req.namespace, req.principal, req.now) {
-                Ok(ok) => ok,
-                Err(refusal) => {
-                    hidden.push(HiddenTool {
-                        name: tool.name.clone(),
-                        code: refusal.code,
-                        reason: refusal.message,
-                    });
-                    continue;
-                }
-            };
-        // A ToolPolicy that forbids every call of the tool by this principal hides it.
-        if let Some(f) = tool_policies
-            .and_then(|p| p.forbids_every_call(tool, req.principal, req.namespace, req.now))
-        {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "policy-forbidden",
-                reason: format!(
-                    "ToolPolicy {} forbids every call ({}): {}",
-                    f.tool_policy, f.policy, f.reason
-                ),
-            });
-            continue;
-        }
-        if ranked.negative_match {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "negative-match",
-                reason: format!(
-                    "the intent matches its do-not-use-when hints ({})",
-                    shared(&query_terms, &tool.negative_terms)
-                ),
-            });
-            continue;
-        }
-        if ranked.unmatched {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "no-match",
-                reason: "no word of the intent describes it".into(),
-            });
-            continue;
-        }
-        if exposed.len() >= max {
-            hidden.push(HiddenTool {
-                name: tool.name.clone(),
-                code: "ranked-out",
-                reason: format!("ranked below the top {max} (score {score:.2})"),
-            });
-            continue;
-        }
-        let (needs, _) = approval_needed(tool, &grant.spec, false);
-        let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
-        let matched = shared(&query_terms, &tool.positive_terms);
-        if ranked.fitted {
-            // The parts, for the few tools exposed only.
-            let fit = rank::fit(&tool.text, &query, &corpus);
-            reason.push_str(&format!(
-                "; intent matches {matched} (score {score:.2}: {})",
-                fit.explain()
-            ));
-        } else if !anything_fits && !query_terms.is_empty() {
-            reason.push_str("; no word of the intent describes any tool: listed unranked");
-        }
-        if ranked.riskier {
-            reason.push_str(
-                "; declares a change and the intent asks for a read: ranked after the tools that only read",
-            );
-        }
-        if ranked.lowered {
-            reason.push_str(&format!(
-                "; declares it destroys and the intent asks for a change: score x{}",
-                rank::LOWERED
-            ));
-        }
-        if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
-            reason.push_str(&format!("; {f} recent failure(s)"));
-        }
-        let confirmation =
-            (needs && tool.tier == RiskTier::L5).then(|| tool.spec.strong_confirmation());
-        match confirmation {
-            Some(c) => reason.push_str(&format!(
-                "; {} calls need approval and {}",
-                tool.tier,
-                match c {
-                    StrongConfirmation::DryRun => "a dry run of the same args first",
-                    StrongConfirmation::SecondApprover => "a second approver",
-                }
-            )),
-            None if needs => reason.push_str(&format!("; {} calls need approval", tool.tier)),
-            None => {}
-        }
-        exposed.push(ExposedTool {
+    gate(tool)?;
+    let (grant, scopes) =
+        match authorize_principal(tool, grants, req.namespace, req.principal, req.now) {
+            Ok(ok) => ok,
+            Err(refusal) => {
+                return Err(HiddenTool {
+                    name: tool.name.clone(),
+                    code: refusal.code,
+                    reason: refusal.message,
+                });
+            }
+        };
+    // A ToolPolicy that forbids every call of the tool by this principal hides it.
+    if let Some(f) = tool_policies
+        .and_then(|p| p.forbids_every_call(tool, req.principal, req.namespace, req.now))
+    {
+        return Err(HiddenTool {
             name: tool.name.clone(),
-            canonical_name: tool.spec.canonical_name.clone(),
-            provider_name: String::new(),
-            digest: tool.digest.clone(),
-            tier: tool.tier,
-            risk_level: tool.spec.risk.level,
-            approval: if needs {
-                ApprovalHint::Required
-            } else {
-                ApprovalHint::None
-            },
-            confirmation,
-            score,
-            reason,
-            grant: grant.name.clone(),
-            spec: Arc::clone(&tool.spec),
+            code: "policy-forbidden",
+            reason: format!(
+                "ToolPolicy {} forbids every call ({}): {}",
+                f.tool_policy, f.policy, f.reason
+            ),
         });
     }
-    let mut used = BTreeSet::new();
-    for t in &mut exposed {
-        t.provider_name = provider_name(&t.canonical_name, &mut used);
+    if ranked.negative_match {
+        return Err(HiddenTool {
+            name: tool.name.clone(),
+            code: "negative-match",
+            reason: format!(
+                "the intent matches its do-not-use-when hints ({})",
+                shared(&q.terms, &tool.negative_terms)
+            ),
+        });
     }
-    hidden.sort_by(|a, b| a.name.cmp(&b.name));
-    ToolView {
-        exposed,
-        hidden,
-        not_ranked: order.len() - visited,
+    if ranked.unmatched {
+        return Err(HiddenTool {
+            name: tool.name.clone(),
+            code: "no-match",
+            reason: "no word of the intent describes it".into(),
+        });
     }
+    if full {
+        return Err(HiddenTool {
+            name: tool.name.clone(),
+            code: "ranked-out",
+            reason: format!("ranked below the top {max} (score {score:.2})"),
+        });
+    }
+    let (needs, _) = approval_needed(tool, &grant.spec, false);
+    let mut reason = format!("granted by {} with [{}]", grant.name, scopes.join(", "));
+    let matched = shared(&q.terms, &tool.positive_terms);
+    if ranked.fitted {
+        // The parts, for the few tools exposed only.
+        let fit = rank::fit(&tool.text, &q.weighted, &q.corpus);
+        reason.push_str(&format!(
+            "; intent matches {matched} (score {score:.2}: {})",
+            fit.explain()
+        ));
+    } else if !anything_fits && !q.terms.is_empty() {
+        reason.push_str("; no word of the intent describes any tool: listed unranked");
+    }
+    if ranked.riskier {
+        reason.push_str(
+            "; declares a change and the intent asks for a read: ranked after the tools that only read",
+        );
+    }
+    if ranked.lowered {
+        reason.push_str(&format!(
+            "; declares it destroys and the intent asks for a change: score x{}",
+            rank::LOWERED
+        ));
+    }
+    if let Some(f) = req.recent_failures.get(&tool.name).filter(|f| **f > 0) {
+        reason.push_str(&format!("; {f} recent failure(s)"));
+    }
+    let confirmation =
+        (needs && tool.tier == RiskTier::L5).then(|| tool.spec.strong_confirmation());
+    match confirmation {
+        Some(c) => reason.push_str(&format!(
+            "; {} calls need approval and {}",
+            tool.tier,
+            match c {
+                StrongConfirmation::DryRun => "a dry run of the same args first",
+                StrongConfirmation::SecondApprover => "a second approver",
+            }
+        )),
+        None if needs => reason.push_str(&format!("; {} calls need approval", tool.tier)),
+        None => {}
+    }
+    Ok(ExposedTool {
+        name: tool.name.clone(),
+        canonical_name: tool.spec.canonical_name.clone(),
+        provider_name: String::new(),
+        digest: tool.digest.clone(),
+        tier: tool.tier,
+        risk_level: tool.spec.risk.level,
+        approval: if needs {
+            ApprovalHint::Required
+        } else {
+            ApprovalHint::None
+        },
+        confirmation,
+        score,
+        reason,
+        grant: grant.name.clone(),
+        spec: Arc::clone(&tool.spec),
+    })
 }
 
 /// Each candidate's fit to the intent: a few scored one by one, or the whole registry's from the

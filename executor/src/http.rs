@@ -184,59 +184,7 @@ pub(crate) async fn run_http(
         ))
     })?;
     let client = egress_client(spec, &url)?;
-    let method = match http.method {
-        HttpMethod::Get => reqwest::Method::GET,
-        HttpMethod::Post => reqwest::Method::POST,
-        HttpMethod::Put => reqwest::Method::PUT,
-        HttpMethod::Patch => reqwest::Method::PATCH,
-        HttpMethod::Delete => reqwest::Method::DELETE,
-    };
-    let mut req = client.request(method, url.clone());
-    for (name, template) in &http.headers {
-        let value = render_text(
-            template,
-            &format!("execution.http.headers.{name}"),
-            &spec.args,
-        )?;
-        if value.contains(['\r', '\n']) {
-            return Err(ExecError::Unrunnable(format!(
-                "execution.http.headers.{name}: a header value may not contain a line break"
-            )));
-        }
-        req = req.header(name.as_str(), value);
-    }
-    if let Some(header) = &http.credential_header {
-        let Some(cred) = credentials.first() else {
-            return Err(ExecError::Unrunnable(format!(
-                "execution.http.credentialHeader {header} is set but the call has no credential"
-            )));
-        };
-        let value = format!(
-            "{}{}",
-            http.credential_prefix.as_deref().unwrap_or(""),
-            cred.value
-        );
-        req = req.header(header.as_str(), value);
-    }
-    if !http.body_args.is_empty() {
-        // Keys in sorted order whatever serde_json's map is built with: the same args always
-        // make the same request.
-        let body: std::collections::BTreeMap<String, Value> = http
-            .body_args
-            .iter()
-            .filter_map(|k| {
-                spec.args
-                    .get(k)
-                    .filter(|v| !v.is_null())
-                    .map(|v| (k.clone(), v.clone()))
-            })
-            .collect();
-        let bytes = serde_json::to_vec(&body)
-            .map_err(|e| ExecError::Unrunnable(format!("request body: {e}")))?;
-        req = req
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(bytes);
-    }
+    let req = request(spec, credentials, &client, &url, http)?;
 
     let started = Instant::now();
     let mut body = open_output(
@@ -251,30 +199,7 @@ pub(crate) async fn run_http(
         Ok(r) => r,
         Err(e) => {
             let o = body.finish(None).await?;
-            let (code, retryable) = if e.is_timeout() {
-                ("timeout", true)
-            } else if e.is_redirect() {
-                ("redirect-refused", false)
-            } else {
-                ("http-request-failed", true)
-            };
-            // reqwest's message may contain the URL; the redactor runs over it in execute().
-            let message = format!(
-                "{} {}: {e}",
-                spec.execution
-                    .http
-                    .as_ref()
-                    .map_or("", |h| h.url_template.as_str()),
-                "request failed"
-            );
-            return Ok(failure(
-                ResultStatus::Error,
-                code,
-                &message,
-                retryable,
-                vec![o.artifact],
-                started,
-            ));
+            return Ok(send_failed(spec, &e, o.artifact, started));
         }
     };
     let status = i32::from(resp.status().as_u16());
@@ -350,6 +275,107 @@ pub(crate) async fn run_http(
         ..Default::default()
     });
     Ok(result)
+}
+
+/// The request the tool's template makes of the call's args: its method, headers (no line
+/// breaks), the brokered credential in the header the descriptor names, a JSON body of the
+/// body args in a stable key order.
+fn request(
+    spec: &ExecSpec,
+    credentials: &[Credential],
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    http: &toolgate_crds::HttpExecution,
+) -> Result<reqwest::RequestBuilder, ExecError> {
+    let method = match http.method {
+        HttpMethod::Get => reqwest::Method::GET,
+        HttpMethod::Post => reqwest::Method::POST,
+        HttpMethod::Put => reqwest::Method::PUT,
+        HttpMethod::Patch => reqwest::Method::PATCH,
+        HttpMethod::Delete => reqwest::Method::DELETE,
+    };
+    let mut req = client.request(method, url.clone());
+    for (name, template) in &http.headers {
+        let value = render_text(
+            template,
+            &format!("execution.http.headers.{name}"),
+            &spec.args,
+        )?;
+        if value.contains(['\r', '\n']) {
+            return Err(ExecError::Unrunnable(format!(
+                "execution.http.headers.{name}: a header value may not contain a line break"
+            )));
+        }
+        req = req.header(name.as_str(), value);
+    }
+    if let Some(header) = &http.credential_header {
+        let Some(cred) = credentials.first() else {
+            return Err(ExecError::Unrunnable(format!(
+                "execution.http.credentialHeader {header} is set but the call has no credential"
+            )));
+        };
+        let value = format!(
+            "{}{}",
+            http.credential_prefix.as_deref().unwrap_or(""),
+            cred.value
+        );
+        req = req.header(header.as_str(), value);
+    }
+    if !http.body_args.is_empty() {
+        // Keys in sorted order whatever serde_json's map is built with: the same args always
+        // make the same request.
+        let body: std::collections::BTreeMap<String, Value> = http
+            .body_args
+            .iter()
+            .filter_map(|k| {
+                spec.args
+                    .get(k)
+                    .filter(|v| !v.is_null())
+                    .map(|v| (k.clone(), v.clone()))
+            })
+            .collect();
+        let bytes = serde_json::to_vec(&body)
+            .map_err(|e| ExecError::Unrunnable(format!("request body: {e}")))?;
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes);
+    }
+
+    Ok(req)
+}
+
+/// The result of a request that got no response: a timeout, a refused redirect, or a failure to
+/// connect (the response body artifact is empty).
+fn send_failed(
+    spec: &ExecSpec,
+    e: &reqwest::Error,
+    artifact: toolgate_crds::ArtifactRef,
+    started: Instant,
+) -> CallResult {
+    let (code, retryable) = if e.is_timeout() {
+        ("timeout", true)
+    } else if e.is_redirect() {
+        ("redirect-refused", false)
+    } else {
+        ("http-request-failed", true)
+    };
+    // reqwest's message may contain the URL; the redactor runs over it in execute().
+    let message = format!(
+        "{} {}: {e}",
+        spec.execution
+            .http
+            .as_ref()
+            .map_or("", |h| h.url_template.as_str()),
+        "request failed"
+    );
+    failure(
+        ResultStatus::Error,
+        code,
+        &message,
+        retryable,
+        vec![artifact],
+        started,
+    )
 }
 
 trait MethodName {

@@ -197,45 +197,8 @@ pub(crate) fn assemble(
     });
     let mut structured_output = None;
     if let (Some(schema), Some(raw)) = (&spec.output_schema, structured) {
-        let check = match serde_json::from_slice::<Value>(&raw) {
-            Err(e) => VerifierCheck {
-                name: "output-schema".into(),
-                result: CheckResult::Fail,
-                message: Some(format!("output is not JSON: {e}")),
-            },
-            Ok(v) => match jsonschema::validator_for(schema) {
-                Err(e) => VerifierCheck {
-                    name: "output-schema".into(),
-                    result: CheckResult::Fail,
-                    message: Some(format!("output schema does not compile: {e}")),
-                },
-                Ok(validator) => {
-                    let errors: Vec<String> = validator
-                        .iter_errors(&v)
-                        .map(|e| format!("{} at {}", e, e.instance_path().as_str()))
-                        .collect();
-                    if errors.is_empty() {
-                        if matches!(
-                            spec.context.expose_output_to_model,
-                            OutputExposure::Structured | OutputExposure::Full
-                        ) {
-                            structured_output = Some(v);
-                        }
-                        VerifierCheck {
-                            name: "output-schema".into(),
-                            result: CheckResult::Pass,
-                            message: None,
-                        }
-                    } else {
-                        VerifierCheck {
-                            name: "output-schema".into(),
-                            result: CheckResult::Fail,
-                            message: Some(errors.join("; ")),
-                        }
-                    }
-                }
-            },
-        };
+        let (check, output) = output_schema_check(spec, schema, &raw);
+        structured_output = output;
         checks.push(check);
     }
     let failed = checks.iter().any(|c| c.result == CheckResult::Fail);
@@ -246,7 +209,107 @@ pub(crate) fn assemble(
     } else {
         ResultStatus::Success
     };
-    let error = if timed_out {
+    let error = call_error(spec, &ended, ok_code, err.as_ref());
+    let preview_limit = spec.context.preview_bytes();
+    let output_preview =
+        (preview_limit > 0).then(|| cut(&String::from_utf8_lossy(&out.preview), preview_limit));
+    let output_bytes = out.produced + err.as_ref().map_or(0, |e| e.produced);
+    let mut artifacts = vec![out.artifact];
+    if let Some(e) = err
+        && (e.produced > 0 || !ok_code)
+    {
+        artifacts.push(e.artifact);
+    }
+    CallResult {
+        status,
+        exit_code,
+        output_preview: output_preview.clone(),
+        structured_output,
+        artifacts,
+        effects_observed: None,
+        verifier: Some(Verifier {
+            status: if failed {
+                VerifierStatus::Failed
+            } else {
+                VerifierStatus::Passed
+            },
+            checks,
+        }),
+        error,
+        usage: Some(Usage {
+            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            output_bytes,
+            tokens_added_to_context: output_preview.map(|p| (p.len() as u64).div_ceil(4)),
+            egress_gate_ms: None,
+        }),
+    }
+}
+
+/// The output-schema check of a tool's structured output, and the output itself when it passes
+/// and the descriptor exposes it to the model.
+fn output_schema_check(
+    spec: &ExecSpec,
+    schema: &Value,
+    raw: &[u8],
+) -> (VerifierCheck, Option<Value>) {
+    let mut structured_output = None;
+    let check = match serde_json::from_slice::<Value>(raw) {
+        Err(e) => VerifierCheck {
+            name: "output-schema".into(),
+            result: CheckResult::Fail,
+            message: Some(format!("output is not JSON: {e}")),
+        },
+        Ok(v) => match jsonschema::validator_for(schema) {
+            Err(e) => VerifierCheck {
+                name: "output-schema".into(),
+                result: CheckResult::Fail,
+                message: Some(format!("output schema does not compile: {e}")),
+            },
+            Ok(validator) => {
+                let errors: Vec<String> = validator
+                    .iter_errors(&v)
+                    .map(|e| format!("{} at {}", e, e.instance_path().as_str()))
+                    .collect();
+                if errors.is_empty() {
+                    if matches!(
+                        spec.context.expose_output_to_model,
+                        OutputExposure::Structured | OutputExposure::Full
+                    ) {
+                        structured_output = Some(v);
+                    }
+                    VerifierCheck {
+                        name: "output-schema".into(),
+                        result: CheckResult::Pass,
+                        message: None,
+                    }
+                } else {
+                    VerifierCheck {
+                        name: "output-schema".into(),
+                        result: CheckResult::Fail,
+                        message: Some(errors.join("; ")),
+                    }
+                }
+            }
+        },
+    };
+    (check, structured_output)
+}
+
+/// Why the call failed, when it did: its time limit, or its exit code, status or signal with the
+/// head of what it said on stderr.
+fn call_error(
+    spec: &ExecSpec,
+    ended: &Ended,
+    ok_code: bool,
+    err: Option<&SinkOutcome>,
+) -> Option<CallError> {
+    let Ended {
+        code: exit_code,
+        signal,
+        timed_out,
+    } = *ended;
+    let http = spec.execution.adapter == ExecutionAdapter::Http;
+    if timed_out {
         Some(CallError {
             code: "timeout".into(),
             message: format!(
@@ -291,38 +354,5 @@ pub(crate) fn assemble(
         })
     } else {
         None
-    };
-    let preview_limit = spec.context.preview_bytes();
-    let output_preview =
-        (preview_limit > 0).then(|| cut(&String::from_utf8_lossy(&out.preview), preview_limit));
-    let output_bytes = out.produced + err.as_ref().map_or(0, |e| e.produced);
-    let mut artifacts = vec![out.artifact];
-    if let Some(e) = err
-        && (e.produced > 0 || !ok_code)
-    {
-        artifacts.push(e.artifact);
-    }
-    CallResult {
-        status,
-        exit_code,
-        output_preview: output_preview.clone(),
-        structured_output,
-        artifacts,
-        effects_observed: None,
-        verifier: Some(Verifier {
-            status: if failed {
-                VerifierStatus::Failed
-            } else {
-                VerifierStatus::Passed
-            },
-            checks,
-        }),
-        error,
-        usage: Some(Usage {
-            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            output_bytes,
-            tokens_added_to_context: output_preview.map(|p| (p.len() as u64).div_ceil(4)),
-            egress_gate_ms: None,
-        }),
     }
 }

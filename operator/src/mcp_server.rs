@@ -344,9 +344,26 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
             return Ok(again);
         }
     };
+    registered(&ctx, &server, &ns, &listed, &previous).await?;
+    Ok(again)
+}
+
+/// What a server listed, registered: its tools as descriptors it owns (none replacing a
+/// descriptor it does not), an Event for each change and each refused tool, and its status.
+async fn registered(
+    ctx: &Context,
+    server: &McpServer,
+    ns: &str,
+    listed: &toolgate_executor::discover::Listed,
+    previous: &toolgate_crds::McpServerStatus,
+) -> Result<(), Error> {
+    let name = server.name_any();
+    let spec = &server.spec;
+    let generation = server.metadata.generation;
+    let servers = Api::<McpServer>::namespaced(ctx.client.clone(), ns);
     // The namespace's descriptors this server does not own: none is replaced by one of its tools.
     let taken: std::collections::BTreeSet<String> =
-        Api::<toolgate_crds::ToolDescriptor>::namespaced(ctx.client.clone(), &ns)
+        Api::<toolgate_crds::ToolDescriptor>::namespaced(ctx.client.clone(), ns)
             .list_metadata(&ListParams::default())
             .await?
             .into_iter()
@@ -354,7 +371,7 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
             .map(|d| d.name_any())
             .collect();
     let (manifests, tools, refused) = toolgate_core::mcp::server_manifests(
-        &ns,
+        ns,
         &name,
         spec,
         &listed.tools,
@@ -365,7 +382,7 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     // it no longer lists are gone.
     crate::descriptor::apply_owned(
         &ctx.client,
-        &ns,
+        ns,
         server.controller_owner_ref(&()),
         (SERVER_LABEL, &name),
         &manifests,
@@ -380,8 +397,8 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
         toolgate_core::mcp::what_changed(&fingerprints(&previous.tools), &fingerprints(&tools));
     if previous.last_discovery.is_some() && !changes.is_empty() {
         publish(
-            &ctx,
-            &server,
+            ctx,
+            server,
             EventType::Warning,
             "ToolsChanged",
             format!(
@@ -392,8 +409,8 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
     }
     for r in &refused {
         publish(
-            &ctx,
-            &server,
+            ctx,
+            server,
             EventType::Warning,
             "ToolRefused",
             r.to_string(),
@@ -439,7 +456,7 @@ async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, 
         }),
     )
     .await?;
-    Ok(again)
+    Ok(())
 }
 
 async fn guarded(

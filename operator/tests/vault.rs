@@ -417,3 +417,37 @@ fn vault_stopped_fails_calls_with_its_reason_and_they_succeed_once_it_is_back() 
         jsonpath(&ns, "toolcall/up-1", "{.status.conditions}")
     );
 }
+
+#[test]
+fn a_revocation_that_fails_is_shown_and_retried_until_vault_answers() {
+    let Some(s) = Suite::new("tg-vault-revoke") else {
+        return;
+    };
+    let ns = s.ns.clone();
+    s.call("sealed", "vault.sa-sleep", "{seconds: \"3\"}");
+    wait_for(&ns, "toolcall/sealed", "{.status.phase}", &["Running"]);
+    s.wait_lease();
+    // Sealed while the call runs: its end cannot revoke the lease (Vault keeps it, sealed).
+    s.vault.seal();
+    wait_for(&ns, "toolcall/sealed", "{.status.phase}", &["Succeeded"]);
+    let condition = "{.status.conditions[?(@.type==\"CredentialsRevoked\")]";
+    wait_for(
+        &ns,
+        "toolcall/sealed",
+        &format!("{condition}.reason}}"),
+        &["RevokeFailed"],
+    );
+    let message = jsonpath(&ns, "toolcall/sealed", &format!("{condition}.message}}"));
+    assert!(
+        message.contains("BrokerUnavailable") && message.contains("retried"),
+        "the same words as the embedded runtime's: {message}"
+    );
+    // Unsealed: the retry goes through, and the lease is gone.
+    s.vault.unseal();
+    s.revoked("sealed");
+    assert_eq!(
+        jsonpath(&ns, "toolcall/sealed", &format!("{condition}.reason}}")),
+        "LeaseRevoked"
+    );
+    assert!(s.leases().is_empty(), "{:?}", s.leases());
+}

@@ -261,6 +261,9 @@ enum Made {
     AheadOfDemand,
 }
 
+/// Make a sandbox's command: its host paths checked and made, its seccomp filters, its cgroups
+/// (limits, and an idle CPU weight when made ahead of demand), the placeholders that cover
+/// blocked paths, and bubblewrap's command line with the rlimits set between fork and exec.
 fn prepare_made(
     plan: &SandboxPlan,
     program: &Path,
@@ -269,23 +272,7 @@ fn prepare_made(
     made: Made,
 ) -> Result<SandboxedCommand, SpawnError> {
     let bwrap = bwrap_path().ok_or(SpawnError::BwrapMissing)?;
-    // Missing write roots are created (an existing file is bound as it is).
-    for b in plan.writable.iter().filter(|b| !b.host.exists()) {
-        std::fs::create_dir_all(&b.host).map_err(|source| SpawnError::Io {
-            what: format!("creating write root {}", b.host.display()),
-            source,
-        })?;
-    }
-    for inside in &plan.hidden {
-        for dir in plan.pinned_ancestors(inside) {
-            if std::fs::symlink_metadata(plan.host_behind(dir)).is_ok_and(|m| m.is_symlink()) {
-                return Err(SpawnError::BlockedUnderSymlink {
-                    blocked: inside.display().to_string(),
-                    link: dir.display().to_string(),
-                });
-            }
-        }
-    }
+    host_paths(plan)?;
     let filters = [seccomp::deny_filter()?, seccomp::clone3_filter()?]
         .into_iter()
         .map(|bpf| memory_file(&bpf))
@@ -309,87 +296,13 @@ fn prepare_made(
     let empty_path = empty
         .as_ref()
         .map_or_else(|| PathBuf::from("/dev/null"), |e| e.path().to_path_buf());
-
-    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let label: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    // Unique per sandbox, even for the same label at once (retries, tests in parallel).
-    let label = format!(
-        "{label}-{}-{}",
-        std::process::id(),
-        SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let mut cgroups = Vec::new();
-    let mut procs_files = Vec::new();
-    let memory = make_cgroup("memory", &format!("toolgate-{label}"), |dir| {
-        std::fs::write(
-            dir.join("memory.limit_in_bytes"),
-            plan.limits.memory_bytes.to_string(),
-        )
-        .or_else(|_| {
-            std::fs::write(dir.join("memory.max"), plan.limits.memory_bytes.to_string())
-        })?;
-        // Swap counts too where the kernel accounts it; absent files are fine.
-        let _ = std::fs::write(
-            dir.join("memory.memsw.limit_in_bytes"),
-            plan.limits.memory_bytes.to_string(),
-        );
-        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
-        Ok(())
-    });
-    let pids = match plan.limits.processes {
-        Some(max) => make_cgroup("pids", &format!("toolgate-{label}"), |dir| {
-            std::fs::write(dir.join("pids.max"), max.to_string())
-        }),
-        None => None,
-    };
-    let mut knob = None;
-    let cpu = (made == Made::AheadOfDemand)
-        .then(|| {
-            make_cgroup("cpu", &format!("toolgate-{label}"), |dir| {
-                knob = Some(mark_idle(dir)?);
-                Ok(())
-            })
-        })
-        .flatten();
-    let idle_cpu = cpu
-        .as_ref()
-        .zip(knob)
-        .map(|((dir, _), (knob, claimed))| IdleCpu {
-            dir: dir.clone(),
-            knob,
-            claimed,
-        });
-    for (dir, procs) in [memory.as_ref(), pids.as_ref(), cpu.as_ref()]
-        .into_iter()
-        .flatten()
-    {
-        cgroups.push(dir.clone());
-        procs_files.push(procs.try_clone().map_err(|source| SpawnError::Io {
-            what: "opening cgroup.procs".into(),
-            source,
-        })?);
-    }
-    // SAFETY: getuid(2) cannot fail.
-    let root = unsafe { libc::getuid() } == 0;
-    if plan.limits.processes.is_some() && pids.is_none() && root {
-        // RLIMIT_NPROC does not bind uid 0: without a pids cgroup nothing would.
-        for dir in &cgroups {
-            remove_cgroup(dir);
-        }
-        return Err(SpawnError::Unenforceable {
-            limit: "process.maxProcesses",
-            why: "the runtime runs as root and cannot make a pids cgroup (RLIMIT_NPROC does not bind root); give it a writable pids cgroup, or run it as another user",
-        });
-    }
+    let Cgroups {
+        memory,
+        pids,
+        cgroups,
+        procs_files,
+        idle_cpu,
+    } = Cgroups::make(plan, &unique(label), made)?;
     let enforcement = Enforcement {
         memory: if memory.is_some() {
             "cgroup"
@@ -404,26 +317,7 @@ fn prepare_made(
         seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, setuid/setgid modes, mknod, …) + clone3/openat2→ENOSYS",
     };
 
-    // Blocked paths that do not exist but could be created get a placeholder to cover (last, so
-    // no later failure leaves one behind).
-    let mut placeholders = Vec::new();
-    for inside in &plan.hidden {
-        let host = plan.host_behind(inside);
-        if plan.creatable(inside) && std::fs::symlink_metadata(&host).is_err() {
-            match Placeholder::make(&host) {
-                Ok(p) => placeholders.push(p),
-                Err(source) => {
-                    for p in placeholders {
-                        p.remove();
-                    }
-                    return Err(SpawnError::Io {
-                        what: format!("covering blocked path {}", inside.display()),
-                        source,
-                    });
-                }
-            }
-        }
-    }
+    let placeholders = placeholders(plan)?;
     let mut command = Command::new(bwrap);
     command
         .args(arguments(plan, &fds, &empty_path, &kind_of))
@@ -483,6 +377,160 @@ fn prepare_made(
         idle_cpu,
         placeholders,
     })
+}
+
+/// Missing write roots created (an existing file is bound as it is); a blocked path under a
+/// symlink refused (the link could point the block elsewhere).
+fn host_paths(plan: &SandboxPlan) -> Result<(), SpawnError> {
+    for b in plan.writable.iter().filter(|b| !b.host.exists()) {
+        std::fs::create_dir_all(&b.host).map_err(|source| SpawnError::Io {
+            what: format!("creating write root {}", b.host.display()),
+            source,
+        })?;
+    }
+    for inside in &plan.hidden {
+        for dir in plan.pinned_ancestors(inside) {
+            if std::fs::symlink_metadata(plan.host_behind(dir)).is_ok_and(|m| m.is_symlink()) {
+                return Err(SpawnError::BlockedUnderSymlink {
+                    blocked: inside.display().to_string(),
+                    link: dir.display().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A sandbox's label, unique per sandbox even for the same label at once (retries, tests in
+/// parallel), in the characters a cgroup name takes.
+fn unique(label: &str) -> String {
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let label: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// A sandbox's cgroups: memory, pids when the plan limits processes, and an idle CPU weight for
+/// one made ahead of demand; each `cgroup.procs` held open for the child to join.
+struct Cgroups {
+    memory: Option<(PathBuf, File)>,
+    pids: Option<(PathBuf, File)>,
+    cgroups: Vec<PathBuf>,
+    procs_files: Vec<File>,
+    idle_cpu: Option<IdleCpu>,
+}
+
+impl Cgroups {
+    /// Make them; refuse a process limit that nothing would enforce (root without a pids
+    /// cgroup).
+    fn make(plan: &SandboxPlan, label: &str, made: Made) -> Result<Cgroups, SpawnError> {
+        let mut cgroups = Vec::new();
+        let mut procs_files = Vec::new();
+        let memory = make_cgroup("memory", &format!("toolgate-{label}"), |dir| {
+            std::fs::write(
+                dir.join("memory.limit_in_bytes"),
+                plan.limits.memory_bytes.to_string(),
+            )
+            .or_else(|_| {
+                std::fs::write(dir.join("memory.max"), plan.limits.memory_bytes.to_string())
+            })?;
+            // Swap counts too where the kernel accounts it; absent files are fine.
+            let _ = std::fs::write(
+                dir.join("memory.memsw.limit_in_bytes"),
+                plan.limits.memory_bytes.to_string(),
+            );
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            Ok(())
+        });
+        let pids = match plan.limits.processes {
+            Some(max) => make_cgroup("pids", &format!("toolgate-{label}"), |dir| {
+                std::fs::write(dir.join("pids.max"), max.to_string())
+            }),
+            None => None,
+        };
+        let mut knob = None;
+        let cpu = (made == Made::AheadOfDemand)
+            .then(|| {
+                make_cgroup("cpu", &format!("toolgate-{label}"), |dir| {
+                    knob = Some(mark_idle(dir)?);
+                    Ok(())
+                })
+            })
+            .flatten();
+        let idle_cpu = cpu
+            .as_ref()
+            .zip(knob)
+            .map(|((dir, _), (knob, claimed))| IdleCpu {
+                dir: dir.clone(),
+                knob,
+                claimed,
+            });
+        for (dir, procs) in [memory.as_ref(), pids.as_ref(), cpu.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            cgroups.push(dir.clone());
+            procs_files.push(procs.try_clone().map_err(|source| SpawnError::Io {
+                what: "opening cgroup.procs".into(),
+                source,
+            })?);
+        }
+        // SAFETY: getuid(2) cannot fail.
+        let root = unsafe { libc::getuid() } == 0;
+        if plan.limits.processes.is_some() && pids.is_none() && root {
+            // RLIMIT_NPROC does not bind uid 0: without a pids cgroup nothing would.
+            for dir in &cgroups {
+                remove_cgroup(dir);
+            }
+            return Err(SpawnError::Unenforceable {
+                limit: "process.maxProcesses",
+                why: "the runtime runs as root and cannot make a pids cgroup (RLIMIT_NPROC does not bind root); give it a writable pids cgroup, or run it as another user",
+            });
+        }
+        Ok(Cgroups {
+            memory,
+            pids,
+            cgroups,
+            procs_files,
+            idle_cpu,
+        })
+    }
+}
+
+/// Placeholders covering the blocked paths that do not exist but could be created (made last,
+/// so no later failure leaves one behind; on failure the ones made are removed).
+fn placeholders(plan: &SandboxPlan) -> Result<Vec<Placeholder>, SpawnError> {
+    let mut placeholders = Vec::new();
+    for inside in &plan.hidden {
+        let host = plan.host_behind(inside);
+        if plan.creatable(inside) && std::fs::symlink_metadata(&host).is_err() {
+            match Placeholder::make(&host) {
+                Ok(p) => placeholders.push(p),
+                Err(source) => {
+                    for p in placeholders {
+                        p.remove();
+                    }
+                    return Err(SpawnError::Io {
+                        what: format!("covering blocked path {}", inside.display()),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(placeholders)
 }
 
 /// An in-memory file holding `bytes`, read from its start: what bubblewrap reads a seccomp filter

@@ -408,7 +408,8 @@ pub fn status_error(e: impl Into<toolgate_client::Error>) -> anyhow::Error {
     anyhow::Error::new(e.into())
 }
 
-/// Run a client command.
+/// Run a client command: one arm per command, each a request and its output (its length is the
+/// number of commands).
 pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

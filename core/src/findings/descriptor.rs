@@ -71,6 +71,7 @@ pub(crate) fn reference(
     found
 }
 
+/// Every finding about one ToolDescriptor, rule group by rule group.
 pub(crate) fn descriptor(
     obj: &Object,
     d: &ToolDescriptorSpec,
@@ -79,6 +80,29 @@ pub(crate) fn descriptor(
     out: &mut Vec<Local>,
 ) {
     input_schema(d, out);
+    other_schemas(d, out);
+    honest_risk(d, out);
+    effects_match_actions(d, out);
+    templates_name_declared_args(d, out);
+    review_of_discovered_tools(obj, d, out);
+    sandbox_fits(obj, d, set, declared, out);
+    no_instructions_to_the_model(d, out);
+    if d.provenance.trust_level == TrustLevel::Untrusted {
+        out.push((
+            Severity::Warning,
+            "spec.provenance.trustLevel".into(),
+            "untrusted",
+            "untrusted tools are registered as blocked and never callable".into(),
+        ));
+    }
+    if d.canonical_name != obj.meta.name {
+        out.push((Severity::Warning, "spec.canonicalName".into(), "name-mismatch", format!(
+            "expected the object name {:?} (grants and calls use the object name, agents the canonical name), found {:?}", obj.meta.name, d.canonical_name)));
+    }
+}
+
+/// The output and error schemas, when given, are JSON Schema.
+fn other_schemas(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
     for (field, schema) in [
         ("outputSchema", &d.schemas.output_schema),
         ("errorSchema", &d.schemas.error_schema),
@@ -94,7 +118,10 @@ pub(crate) fn descriptor(
             ));
         }
     }
+}
 
+/// The declared risk is honest about what the tool does, and an arg that becomes code is said.
+fn honest_risk(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
     // An arg that becomes code a shell or interpreter runs: the tier rises to L4 (a human
     // approves each call under `on_risk`), and the author is told how to pass it safely.
     if let Some((i, program)) = risk::templated_code(&d.execution.argv) {
@@ -130,17 +157,24 @@ pub(crate) fn descriptor(
             ),
         ));
     }
+}
 
-    // Effects must match the action types (invariant 13).
-    let acts = &d.intent.action_types;
-    let e = &d.effects;
-    let writes = acts.iter().any(|a| {
+/// Whether the tool's action types write.
+fn writes(d: &ToolDescriptorSpec) -> bool {
+    d.intent.action_types.iter().any(|a| {
         matches!(
             a,
             ActionType::Write | ActionType::Patch | ActionType::MemoryWrite
         )
-    });
-    if writes && e.writes.is_empty() {
+    })
+}
+
+/// The declared effects match the action types (invariant 13) and each other.
+fn effects_match_actions(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
+    // Effects must match the action types (invariant 13).
+    let acts = &d.intent.action_types;
+    let e = &d.effects;
+    if writes(d) && e.writes.is_empty() {
         out.push((Severity::Error, "spec.effects.writes".into(), "effects-undeclared", "expected the resources written (the action types include write/patch), found an empty list".into()));
     }
     if acts.contains(&ActionType::Delete) && e.deletes.is_empty() {
@@ -175,7 +209,10 @@ pub(crate) fn descriptor(
             "expected true: the tool declares deletes, found false".into(),
         ));
     }
+}
 
+/// The argv, stdin, URL and body templates name only the input schema's properties.
+fn templates_name_declared_args(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
     // Templates may only name declared args.
     let props: BTreeSet<String> = d
         .schemas
@@ -223,7 +260,10 @@ pub(crate) fn descriptor(
             Err(e) => out.push((Severity::Error, path, "template-syntax", e.to_string())),
         }
     }
+}
 
+/// A tool a skill declares or an MCP server lists waits for a reviewer who read this version.
+fn review_of_discovered_tools(obj: &Object, d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
     // A tool discovered on an MCP server says what its server says: a person reads this exact
     // version before any model sees it (a changed description or schema needs a new review).
     let reviewed = |digest: &str| {
@@ -266,7 +306,18 @@ pub(crate) fn descriptor(
             ));
         }
     }
+}
 
+/// Anything that executes has a sandbox (invariant 10), open enough for what it declares and
+/// closed to what its credential delivery needs.
+fn sandbox_fits(
+    obj: &Object,
+    d: &ToolDescriptorSpec,
+    set: &ObjectSet,
+    declared: &Declared<'_>,
+    out: &mut Vec<Local>,
+) {
+    let e = &d.effects;
     // Anything that executes needs a resolved sandbox (invariant 10).
     let ns = obj.meta.namespace();
     let executes = matches!(
@@ -331,7 +382,7 @@ pub(crate) fn descriptor(
         }
         // An MCP tool's state is its server's (its own store, or a service behind it), not
         // necessarily the workspace.
-        if (writes || e.mutates_state)
+        if (writes(d) || e.mutates_state)
             && s.filesystem.write_roots.is_empty()
             && !e.external_calls
             && d.execution.adapter != ExecutionAdapter::Mcp
@@ -340,10 +391,12 @@ pub(crate) fn descriptor(
                 "the tool writes the workspace but SandboxPolicy/{} has no filesystem.writeRoots", d.sandbox_policy_ref.as_ref().map_or("", |r| r.name.as_str()))));
         }
     }
+}
 
-    // Instructions to the model hidden in what it is shown: a warning for the platform team's
-    // and the workspace's own tools (a reviewer must look before it reaches a view), an error
-    // for anything from outside.
+/// Model-visible text holds no instructions to the model: a warning for the platform team's and
+/// the workspace's own tools (a reviewer must look before it reaches a view), an error for
+/// anything from outside.
+fn no_instructions_to_the_model(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
     let severity = match d.provenance.trust_level {
         TrustLevel::FirstParty | TrustLevel::Workspace => Severity::Warning,
         TrustLevel::ThirdParty | TrustLevel::Untrusted => Severity::Error,
@@ -368,18 +421,6 @@ pub(crate) fn descriptor(
                 ),
             ));
         }
-    }
-    if d.provenance.trust_level == TrustLevel::Untrusted {
-        out.push((
-            Severity::Warning,
-            "spec.provenance.trustLevel".into(),
-            "untrusted",
-            "untrusted tools are registered as blocked and never callable".into(),
-        ));
-    }
-    if d.canonical_name != obj.meta.name {
-        out.push((Severity::Warning, "spec.canonicalName".into(), "name-mismatch", format!(
-            "expected the object name {:?} (grants and calls use the object name, agents the canonical name), found {:?}", obj.meta.name, d.canonical_name)));
     }
 }
 

@@ -74,7 +74,8 @@ fn walk(
     }
 }
 
-/// Cross-object and semantic rules over the typed objects.
+/// Cross-object and semantic rules over the typed objects: one arm per kind, each a few
+/// reference checks (its length is the number of kinds, not the depth of any one rule).
 pub(super) fn check_objects(
     set: &ObjectSet,
     declared: &BTreeSet<(String, String, String)>,

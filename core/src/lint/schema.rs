@@ -193,7 +193,9 @@ fn limit(v: &Value) -> String {
     }
 }
 
-/// Turn one jsonschema error into problems that say where, what was expected and what was found.
+/// Turn one jsonschema error into problems that say where, what was expected and what was found:
+/// one arm per kind of JSON Schema error, each its own sentence (its length is the number of
+/// error kinds).
 fn describe(e: &jsonschema::ValidationError<'_>) -> Vec<SchemaProblem> {
     let at = field_path_from_pointer(e.instance_path().as_str());
     let found = e.instance();
