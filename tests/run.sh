@@ -30,22 +30,8 @@ cd "$(dirname "$0")/.."
 CACHE="${TOOLGATE_CACHE:-$HOME/.cache/toolgate}"
 log() { echo "tests/run.sh: $*" >&2; }
 
-# Everything installed rather than built (tests/install.sh: moto, etcd, bubblewrap, the MCP
-# servers and SDK, the node's runtime), once; found in place on later runs.
-eval "$(tests/install.sh)"
-
-# helm, for the chart's tests and the RBAC the operator suites install (built once, cached).
-eval "$(tests/helm/build.sh)"
-
-# A real Vault for the credential-broker suites (built once from its Go module, cached; each
-# suite starts its own dev server on a free loopback port).
-eval "$(tests/vault/build.sh)"
-# A real trace collector for the OpenTelemetry suites (each starts its own on free ports).
-eval "$(tests/jaeger/build.sh)"
-
-CLUSTER="$(tests/cluster/up.sh)"
-eval "$CLUSTER"
-trap 'tests/cluster/down.sh "$TOOLGATE_CLUSTER_DIR"' EXIT
+# The real servers every suite needs, installed, built and started (tests/servers.sh).
+. tests/servers.sh
 
 # The Python client (clients/python) against a real `toolgate local`. Its stubs are generated
 # from proto/ when pip builds it, with the build requirements tests/install.sh put in its

@@ -396,6 +396,10 @@ pub struct CallRuntime {
     /// When the executor finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Timestamp>,
+    /// When the call's pod, NetworkPolicy, ConfigMap and Secret were removed after it ended
+    /// (cluster runtime): set once, so a later reconcile of the ended call removes nothing again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children_removed_at: Option<Timestamp>,
 }
 
 /// The result of a call: bounded, redacted, with references to the full output.

@@ -33,7 +33,27 @@ pub(super) async fn finish(
                 .ok()
         });
     let keep_pod = failed && keep_until.is_some_and(|t| t > jiff::Timestamp::now());
-    remove_children(&ctx.client, ns, &name, !keep_pod).await?;
+    // Once: every later reconcile of the ended call (its own status writes, the pod's deletion)
+    // would otherwise delete the same four children again.
+    let removed = status
+        .runtime
+        .as_ref()
+        .is_some_and(|r| r.children_removed_at.is_some());
+    if !removed {
+        // A call whose pod reported its end had its Secret deleted then (`observe`).
+        let secret_gone = status
+            .runtime
+            .as_ref()
+            .is_some_and(|r| r.finished_at.is_some());
+        let child = build::child_name(&name);
+        if !secret_gone {
+            delete_if_present::<Secret>(&ctx.client, ns, &child).await?;
+        }
+        remove_children_but_the_secret(&ctx.client, ns, &name, !keep_pod).await?;
+        if !keep_pod {
+            children_removed(ctx, ns, &name).await?;
+        }
+    }
     if let Some(retry) = super::lease::revoke(call, ctx, ns, status, false).await? {
         return Ok(Action::requeue(retry));
     }
@@ -44,6 +64,26 @@ pub(super) async fn finish(
     })
 }
 
+/// Say on the call that its children are gone (a merge patch of that one field: it needs no
+/// version to write against, and takes nothing another write set).
+async fn children_removed(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "status": {"runtime": {"childrenRemovedAt": toolgate_crds::Timestamp(jiff::Timestamp::now())}},
+    });
+    Api::<ToolCall>::namespaced(ctx.client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_error("recording that the call's children are gone"))?;
+    Ok(())
+}
+
 /// Delete a call's children (the pod too when `with_pod`). Missing ones are fine.
 pub(super) async fn remove_children(
     client: &Client,
@@ -51,8 +91,18 @@ pub(super) async fn remove_children(
     call: &str,
     with_pod: bool,
 ) -> Result<(), Error> {
+    delete_if_present::<Secret>(client, ns, &build::child_name(call)).await?;
+    remove_children_but_the_secret(client, ns, call, with_pod).await
+}
+
+/// Delete a call's ConfigMap and NetworkPolicy (the pod too when `with_pod`).
+async fn remove_children_but_the_secret(
+    client: &Client,
+    ns: &str,
+    call: &str,
+    with_pod: bool,
+) -> Result<(), Error> {
     let child = build::child_name(call);
-    delete_if_present::<Secret>(client, ns, &child).await?;
     delete_if_present::<ConfigMap>(client, ns, &child).await?;
     delete_if_present::<NetworkPolicy>(client, ns, &child).await?;
     if with_pod {

@@ -35,7 +35,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use toolgate_broker::CredentialBroker;
 use toolgate_core::exec::ArtifactTarget;
@@ -101,7 +101,7 @@ pub(crate) fn traced(call: &ToolCall) -> toolgate_api::trace::TracedCall<'_> {
 pub struct Context {
     /// The operator's client (its own service account: least-privilege RBAC in the chart).
     pub client: Client,
-    /// Publishes one Event per step, on the call.
+    /// Publishes one Event per transition, on the call.
     pub recorder: Recorder,
     /// How calls run: executor image, artifact store, broker, egress, retention.
     pub config: CallConfig,
@@ -111,6 +111,9 @@ pub struct Context {
     pub failures: crate::kit::Failures,
     /// The namespaces' policy objects, shared with the agent API.
     pub cache: PolicyCache,
+    /// The calls' pods as the controller's watch last saw them (a reconcile a pod's change
+    /// triggers sees that change): following a running call costs no request.
+    pub pods: kube::runtime::reflector::Store<Pod>,
 }
 
 /// Why a reconcile failed; transient, retried with backoff.
@@ -363,11 +366,18 @@ pub async fn run(
             instance: std::env::var("POD_NAME").ok(),
         },
     );
+    // The calls' pods, kept in a store the reconciles read: each change is applied to the store
+    // before it triggers the call's reconcile, so the reconcile sees it.
+    let (pods, pod_writer) = kube::runtime::reflector::store();
+    let pod_changes = watcher(
+        scope.api::<Pod>(&client),
+        watcher::Config::default().labels(build::CALL_LABEL),
+    )
+    .default_backoff()
+    .reflect(pod_writer)
+    .touched_objects();
     controller
-        .owns(
-            scope.api::<Pod>(&client),
-            watcher::Config::default().labels(build::CALL_LABEL),
-        )
+        .owns_stream(pod_changes)
         // Through the shared caches' streams: a reconcile they trigger sees the change.
         .watches_shared_stream(subscriptions.approvals, |guard| {
             let a = guard.0.as_ref().ok()?;
@@ -402,6 +412,7 @@ pub async fn run(
                 metrics,
                 failures: Default::default(),
                 cache,
+                pods,
             }),
         )
         .for_each(|_| futures::future::ready(()))

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use toolgate_core::lifecycle::{finished_steps, no_result};
 use toolgate_crds::conditions::reason;
@@ -22,11 +22,19 @@ pub(super) async fn observe(
     mut status: ToolCallStatus,
 ) -> Result<Action, Error> {
     let child = build::child_name(&call.name_any());
-    let Some(pod) = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&child)
-        .await
-        .map_err(kube_error("reading the call's pod"))?
-    else {
+    // The watch's copy; one it has not seen yet (just created) is asked of the API server.
+    let watched = ctx
+        .pods
+        .get(&kube::runtime::reflector::ObjectRef::new(&child).within(ns))
+        .map(std::sync::Arc::unwrap_or_clone);
+    let pod = match watched {
+        Some(pod) => Some(pod),
+        None => Api::<Pod>::namespaced(ctx.client.clone(), ns)
+            .get_opt(&child)
+            .await
+            .map_err(kube_error("reading the call's pod"))?,
+    };
+    let Some(pod) = pod else {
         let steps = no_result(
             reason::POD_MISSING,
             format!("pod {child} disappeared before it reported a result"),
@@ -75,10 +83,9 @@ pub(super) async fn observe(
             no_result(reason::EXECUTOR_FAILED, why)
         }
     };
-    // The credential goes the moment the pod is done.
-    let _ = Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .delete(&child, &DeleteParams::default())
-        .await;
+    // The credential goes the moment the pod is done (the cleanup after the call counts on it
+    // when the call has a finish time).
+    super::cleanup::delete_if_present::<Secret>(&ctx.client, ns, &child).await?;
     ctx.record(call, &mut status, &steps).await?;
     Ok(Action::requeue(Duration::from_millis(100)))
 }

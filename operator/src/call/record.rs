@@ -1,5 +1,5 @@
-//! Recording steps on a ToolCall: its status by server-side apply, one Event per step, and the
-//! phase and decision metrics.
+//! Recording steps on a ToolCall: its status by server-side apply, one Event per transition
+//! (the steps recorded together, told in one note), and the phase and decision metrics.
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ const BUDGET_ATTEMPTS: usize = 32;
 const BUDGET_FIELD_MANAGER: &str = "toolgate-budget";
 
 impl Context {
-    /// Record steps on the call's status (server-side apply) and publish one Event per step. A
+    /// Record steps on the call's status (server-side apply) and publish one Event for them. A
     /// transition that authorizes the call charges its grant's budget first, one that ends it
     /// before it started gives the unit back ([`Context::budget`]).
     pub(super) async fn record(
@@ -74,21 +74,8 @@ impl Context {
             .record(&super::traced(call), status, steps, began);
         let reference = call.object_ref(&());
         self.shadowed(call, status, steps, &reference).await;
-        for s in steps {
-            let event = Event {
-                type_: if s.status == ConditionStatus::False {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: s.reason.chars().take(128).collect(),
-                note: Some(s.message.chars().take(1000).collect()),
-                action: s.kind.to_string(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                tracing::warn!(call = %call.name_any(), error = %e, "publishing an event");
-            }
+        if let Err(e) = self.recorder.publish(&event_of(steps), &reference).await {
+            tracing::warn!(call = %call.name_any(), error = %e, "publishing an event");
         }
         tracing::info!(call = %call.name_any(), namespace = %ns, steps = ?steps.iter().map(|s| s.kind).collect::<Vec<_>>(), phase = ?status.phase, "recorded");
         Ok(())
@@ -220,5 +207,34 @@ impl Context {
     /// Phase transitions, decisions and shadow forbids, by bounded labels.
     fn count(&self, ns: &str, status: &ToolCallStatus, steps: &[Step]) {
         self.metrics.calls.record(ns, status, steps);
+    }
+}
+
+/// One Event for the steps of one transition: a person reading `kubectl describe` sees each
+/// transition once, and a call costs an Event POST per status write rather than per step. Its
+/// reason is the first step that failed (a Warning), or the last step; its note names every step
+/// with its reason and message, in order.
+fn event_of(steps: &[Step]) -> Event {
+    let failed = steps.iter().find(|s| s.status == ConditionStatus::False);
+    let headline = failed.or(steps.last());
+    let mut note = String::new();
+    for s in steps {
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
+        note.push_str(&format!("{}: {} ({})", s.kind, s.reason, s.message));
+    }
+    Event {
+        type_: if failed.is_some() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: headline
+            .map(|s| s.reason.chars().take(128).collect())
+            .unwrap_or_default(),
+        note: Some(note.chars().take(1000).collect()),
+        action: headline.map(|s| s.kind.to_string()).unwrap_or_default(),
+        secondary: None,
     }
 }

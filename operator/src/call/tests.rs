@@ -145,6 +145,7 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
     );
     let ctx = Arc::new(Context {
         cache,
+        pods: kube::runtime::reflector::store().0,
         recorder: Recorder::new(
             client.clone(),
             Reporter {
