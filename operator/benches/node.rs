@@ -4,7 +4,7 @@
 //! call costs, from the API server's own `apiserver_request_total` (every client: the operator,
 //! the scheduler, the kubelet, this bench's one watch per call).
 //!
-//!   eval "$(tests/cluster/up.sh)"; cargo bench -p toolgate-operator --bench node
+//!   tests/bench.sh --profile dev -p toolgate-operator --bench node
 //!
 //! Not a test: it prints figures and asserts nothing about time. Without the test cluster it
 //! says so and exits.
@@ -58,7 +58,9 @@ fn main() {
     if std::env::var_os("TOOLGATE_NODE_CONTAINERD").is_none()
         || std::env::var_os("TOOLGATE_KUBECONFIG").is_none()
     {
-        println!("node bench: skipped (needs the test cluster: eval \"$(tests/cluster/up.sh)\")");
+        println!(
+            "node bench: skipped (needs the test cluster: tests/bench.sh --profile dev -p toolgate-operator --bench node)"
+        );
         return;
     }
     let host = support::node::host_ip();
