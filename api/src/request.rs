@@ -2,7 +2,7 @@
 //! namespaces are chosen.
 
 use jiff::Timestamp;
-use toolgate_crds::{CallIntent, ToolCallSpec, ToolRef};
+use toolgate_crds::{ActionType, CallIntent, ToolCallSpec, ToolRef};
 use toolgate_proto::v1 as pb;
 
 use crate::auth::Caller;
@@ -19,8 +19,11 @@ pub struct Proposal {
     pub tool: String,
     /// Args (a JSON object).
     pub args: serde_json::Value,
-    /// The intent.
+    /// The intent; its action type is [`Proposal::action_type`]'s, or the tool's when the
+    /// proposal names none ([`Proposal::into_spec`]).
     pub intent: CallIntent,
+    /// The action type the proposal names, if it names one.
+    pub action_type: Option<ActionType>,
     /// The pinned digest, if the caller gave one.
     pub tool_digest: Option<String>,
     /// Idempotency key.
@@ -48,7 +51,11 @@ impl Proposal {
             ));
         }
         let intent = req.intent.clone().unwrap_or_default();
-        let action_type = parse_action_type(&intent.action_type)?;
+        let action_type = if intent.action_type.is_empty() {
+            None
+        } else {
+            Some(parse_action_type(&intent.action_type)?)
+        };
         Ok(Proposal {
             namespace,
             tool: req.tool.clone(),
@@ -56,13 +63,14 @@ impl Proposal {
             intent: CallIntent {
                 user_goal: intent.user_goal,
                 current_task: intent.current_task,
-                action_type,
+                action_type: action_type.unwrap_or(ActionType::Read),
                 target: None,
                 expected_effects: None,
                 rationale_summary: intent.rationale_summary,
                 evidence_refs: intent.evidence_refs,
                 confidence_percent: None,
             },
+            action_type,
             tool_digest: (!req.tool_digest.is_empty()).then(|| req.tool_digest.clone()),
             idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
             dry_run: req.dry_run,
@@ -70,14 +78,45 @@ impl Proposal {
         })
     }
 
-    /// The call's spec: the principal is the authenticated caller, the version pinned.
+    /// The call's spec: the principal is the authenticated caller, the version pinned, and the
+    /// action type the proposal's or, when it names none, the tool's own when the tool declares
+    /// exactly one (`tool_actions`: the registered tool's action types, `None` when no tool of
+    /// that name is registered). A proposal that names none for a tool that does several things,
+    /// or for no tool at all, is refused with the ones it could name.
     pub fn into_spec(
-        self,
+        mut self,
         caller: &Caller,
         tool_name: String,
         digest: Option<String>,
-    ) -> ToolCallSpec {
-        ToolCallSpec {
+        tool_actions: Option<&[ActionType]>,
+    ) -> Result<ToolCallSpec, ApiError> {
+        if self.action_type.is_none() {
+            self.intent.action_type = match tool_actions {
+                Some([only]) => *only,
+                Some(several) => {
+                    return Err(ApiError::field(
+                        "intent.action_type",
+                        format!(
+                            "expected one of {tool_name}'s action types ({}): it does more than one, so say which",
+                            several
+                                .iter()
+                                .map(|a| a.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ApiError::field(
+                        "intent.action_type",
+                        format!(
+                            "expected an action type (read, write, execute, …): no tool {tool_name:?} is registered to take one from"
+                        ),
+                    ));
+                }
+            };
+        }
+        Ok(ToolCallSpec {
             tool_ref: ToolRef {
                 name: tool_name,
                 digest,
@@ -96,7 +135,7 @@ impl Proposal {
             idempotency_key: self.idempotency_key,
             dry_run: self.dry_run,
             delegation: caller.delegation.clone(),
-        }
+        })
     }
 }
 
@@ -318,13 +357,60 @@ mod properties {
             }),
             ..Default::default()
         };
-        let spec = Proposal::validate(&caller, &req).expect("valid").into_spec(
-            &caller,
-            "test.echo".into(),
-            None,
-        );
+        let spec = Proposal::validate(&caller, &req)
+            .expect("valid")
+            .into_spec(&caller, "test.echo".into(), None, None)
+            .expect("an action type named");
         assert_eq!(spec.principal, "alice@example.com");
         assert_eq!(spec.principal_groups, vec!["team-a-reviewers".to_string()]);
+    }
+
+    #[test]
+    fn an_action_type_left_out_is_the_tools_when_it_does_one_thing() {
+        let caller = Caller {
+            principal: Principal::new("system:serviceaccount:team-a:fixer"),
+            approver_in: vec![],
+            reader_in: vec![],
+            delegation: None,
+        };
+        let req = pb::ProposeCallRequest {
+            namespace: "team-a".into(),
+            tool: "file.read".into(),
+            args_json: "{}".into(),
+            intent: Some(pb::Intent {
+                user_goal: "fix the docs".into(),
+                current_task: "read the README".into(),
+                rationale_summary: "the README is what changes".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let proposal = || Proposal::validate(&caller, &req).expect("valid without one");
+        let spec = proposal()
+            .into_spec(&caller, "file.read".into(), None, Some(&[ActionType::Read]))
+            .expect("taken from the tool");
+        assert_eq!(spec.intent.action_type, ActionType::Read);
+        let several = proposal()
+            .into_spec(
+                &caller,
+                "file.patch".into(),
+                None,
+                Some(&[ActionType::Read, ActionType::Patch]),
+            )
+            .expect_err("ambiguous");
+        let (code, field) = (several.code(), several.to_string());
+        assert_eq!(code, "invalid-argument");
+        assert!(
+            field.contains("intent.action_type") && field.contains("read, patch"),
+            "{field}"
+        );
+        let unknown = proposal()
+            .into_spec(&caller, "no.such".into(), None, None)
+            .expect_err("nothing to take it from");
+        assert!(
+            unknown.to_string().contains("no tool \"no.such\""),
+            "{unknown}"
+        );
     }
 
     #[test]

@@ -330,7 +330,10 @@ impl Checked for pb::ProposeCallRequest {
         for (i, r) in intent.evidence_refs.iter().enumerate() {
             required_text(&format!("intent.evidence_refs[{i}]"), r, MAX_EVIDENCE_REF)?;
         }
-        parse_action_type(&intent.action_type)?;
+        // Empty: the tool's own, when it declares one (`Proposal::into_spec`).
+        if !intent.action_type.is_empty() {
+            parse_action_type(&intent.action_type)?;
+        }
         Ok(())
     }
 }

@@ -197,6 +197,21 @@ fn the_command_line_client_drives_a_call_through_approval() {
     );
     let (code, out, _) = toolgate(AGENT, &["artifact", &id, "stdout"]);
     assert_eq!((code, out.as_str()), (Some(0), "from the cli\n"));
+    // Without --action: the tool's own (file.read only reads).
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "src/a.ts"}"#,
+            "--task",
+            "read a.ts",
+            "--watch",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("phase=Succeeded"), "{out}");
     let (code, _, err) = toolgate("wrong-token-wrong-token", &["list"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("Unauthenticated"), "{err}");

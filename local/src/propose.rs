@@ -29,7 +29,10 @@ impl Runtime {
                 .tool(&namespace, &tool_name)
                 .map(|t| t.digest.clone())
         });
-        let spec = proposal.into_spec(caller, tool_name, digest);
+        let actions = registry
+            .tool(&namespace, &tool_name)
+            .map(|t| t.spec.intent.action_types.clone());
+        let spec = proposal.into_spec(caller, tool_name, digest, actions.as_deref())?;
         let guard = self.write_lock().await;
         let idem_key = spec
             .idempotency_key

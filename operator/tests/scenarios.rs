@@ -304,6 +304,36 @@ async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
     out.insert("allowed", steps(b, &call.id).await);
     ids.push(call.id);
 
+    // No action type named: the tool's own, since it declares one; none for a tool that is not
+    // registered, refused with the field to fill.
+    let mut unnamed = proposal(b, "test.echo", r#"{"msg": "no action named"}"#);
+    if let Some(i) = unnamed.intent.as_mut() {
+        i.action_type = String::new();
+    }
+    let call = b
+        .client
+        .propose_call(req(&b.agent, unnamed.clone()))
+        .await
+        .expect("the tool's action type")
+        .into_inner();
+    out.insert("allowed-action-from-the-tool", steps(b, &call.id).await);
+    ids.push(call.id);
+    unnamed.tool = "no.such.tool".into();
+    let e = b
+        .client
+        .propose_call(req(&b.agent, unnamed))
+        .await
+        .expect_err("no tool to take it from");
+    assert_eq!(
+        toolgate_api::error::status_code_and_field(&e),
+        (
+            "invalid-argument".to_string(),
+            Some("intent.action_type".to_string())
+        ),
+        "{}: {e}",
+        b.name
+    );
+
     let call = propose(b, "test.gated", r#"{"msg": "approve me"}"#).await;
     let shown = waiting(b, &call.id).await;
     // An approval bound to other args is refused, with the same code on both runtimes.

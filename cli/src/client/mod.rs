@@ -259,8 +259,9 @@ pub enum ClientCommand {
         /// Args as a JSON object.
         #[arg(long, default_value = "{}")]
         args: String,
-        /// The action type (`read`, `write`, `external_send`, …).
-        #[arg(long)]
+        /// The action type (`read`, `write`, `external_send`, …); default: the tool's, when it
+        /// declares exactly one.
+        #[arg(long, default_value = "")]
         action: String,
         /// The current task, in words.
         #[arg(long)]

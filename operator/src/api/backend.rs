@@ -89,7 +89,10 @@ impl Backend for KubeBackend {
             }
             None => new_call_name(jiff::Timestamp::now()),
         };
-        let spec = proposal.into_spec(caller, tool, digest);
+        let actions = registry
+            .tool(&ns, &tool)
+            .map(|t| t.spec.intent.action_types.clone());
+        let spec = proposal.into_spec(caller, tool, digest, actions.as_deref())?;
         let api = Api::<ToolCall>::namespaced(self.client.clone(), &ns);
         let mut object = ToolCall::new(&name, spec.clone());
         // A subagent's call is found by its delegation.
