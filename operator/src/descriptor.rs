@@ -27,6 +27,8 @@ pub struct Context {
     pub failures: kit::Failures,
     /// Where reconciles are counted.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Publishes the Events of failed reconciles.
+    pub recorder: kube::runtime::events::Recorder,
 }
 
 impl kit::Reconciles for Context {
@@ -35,6 +37,9 @@ impl kit::Reconciles for Context {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
     }
 }
 
@@ -277,6 +282,7 @@ pub async fn run(
             reconcile_guarded,
             error_policy,
             Arc::new(Context {
+                recorder: kit::recorder(&client),
                 client,
                 failures: Default::default(),
                 metrics,

@@ -132,13 +132,39 @@ pub trait Reconciles {
     fn failures(&self) -> &Failures;
     /// Where reconcile durations and errors are counted.
     fn metrics(&self) -> &crate::metrics::Metrics;
+    /// Publishes the Warning Event a failed reconcile leaves on its object.
+    fn recorder(&self) -> &kube::runtime::events::Recorder;
+}
+
+/// The operator's Event recorder (the reporting instance is the pod, when it runs in one).
+pub fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
+    kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    )
+}
+
+/// The Warning Event of a failed reconcile: its category as the reason (the same word as the
+/// log field and the metric label), what failed as the note.
+pub fn failure_event(error: &impl Categorized) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: error.category().into(),
+        note: Some(error.to_string().chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    }
 }
 
 /// Reconcile what a guard holds with `reconcile`: an object that does not deserialize waits for
 /// a change (counted as `InvalidObject`); every reconcile is timed in
 /// `toolgate_reconcile_duration_seconds` and every failure counted by category in
-/// `toolgate_reconcile_errors_total`, the controller named by its kind (`tooldescriptor`); a
-/// success clears the object's failures.
+/// `toolgate_reconcile_errors_total`, the controller named by its kind (`tooldescriptor`), and
+/// told on the object as a Warning Event whose reason is the category; a success clears the
+/// object's failures.
 pub async fn reconcile_guarded<K, C, E, F, Fut>(
     guard: Arc<DeserializeGuard<K>>,
     ctx: Arc<C>,
@@ -156,13 +182,22 @@ where
         ctx.metrics().error(&controller, "InvalidObject");
         return Ok(Action::await_change());
     };
+    let reference = object.object_ref(&());
     let began = std::time::Instant::now();
     let result = reconcile(object, ctx.clone()).await;
     ctx.metrics()
         .observe(&controller, result.is_ok(), began.elapsed());
     match &result {
         Ok(_) => ctx.failures().succeeded(&*guard),
-        Err(e) => ctx.metrics().error(&controller, e.category()),
+        Err(e) => {
+            ctx.metrics().error(&controller, e.category());
+            // Another writer was first: read again, not a failure anyone needs to see.
+            if e.category() != "Stale"
+                && let Err(p) = ctx.recorder().publish(&failure_event(e), &reference).await
+            {
+                tracing::warn!(error = %p, "publishing a reconcile failure");
+            }
+        }
     }
     result
 }
@@ -215,6 +250,27 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("applying the call's pod: the API server said no")]
+    struct Refused;
+
+    impl super::Categorized for Refused {
+        fn category(&self) -> &'static str {
+            "KubeApiFailed"
+        }
+    }
+
+    #[test]
+    fn a_failure_is_told_with_its_category_as_the_reason() {
+        let e = super::failure_event(&Refused);
+        assert_eq!(e.reason, "KubeApiFailed");
+        assert_eq!(e.type_, kube::runtime::events::EventType::Warning);
+        assert_eq!(
+            e.note.as_deref(),
+            Some("applying the call's pod: the API server said no")
+        );
+    }
+
     use super::*;
     use toolgate_crds::ToolGrant;
 

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use toolgate_broker::CredentialBroker;
@@ -83,6 +83,9 @@ impl kit::Reconciles for Context {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
     }
 }
 
@@ -488,13 +491,7 @@ pub async fn run(
         pods,
         failures: Default::default(),
         metrics,
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "toolgate-operator".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        recorder: kit::recorder(&client),
     });
     Controller::new(
         scope.api::<DeserializeGuard<McpServer>>(&client),

@@ -29,6 +29,8 @@ pub struct Context {
     pub failures: kit::Failures,
     /// Where reconciles are counted.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Publishes the Events of failed reconciles.
+    pub recorder: kube::runtime::events::Recorder,
 }
 
 impl kit::Reconciles for Context {
@@ -37,6 +39,9 @@ impl kit::Reconciles for Context {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
     }
 }
 
@@ -287,6 +292,7 @@ pub async fn run(
         broker,
         failures: Default::default(),
         metrics,
+        recorder: kit::recorder(&client),
     });
     let policies = Controller::new(
         scope.api::<DeserializeGuard<SandboxPolicy>>(&client),

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -121,6 +121,9 @@ impl kit::Reconciles for Context {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
     }
 }
 
@@ -262,13 +265,7 @@ pub async fn run(
         client: client.clone(),
         failures: Default::default(),
         metrics,
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "toolgate-operator".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        recorder: kit::recorder(&client),
     });
     let controller = Controller::new(
         scope.api::<DeserializeGuard<Skill>>(&client),

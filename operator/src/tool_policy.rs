@@ -27,6 +27,8 @@ struct Context {
     failures: kit::Failures,
     /// Where reconciles are counted.
     metrics: Arc<crate::metrics::Metrics>,
+    /// Publishes the Events of failed reconciles.
+    recorder: kube::runtime::events::Recorder,
 }
 
 impl kit::Reconciles for Context {
@@ -35,6 +37,9 @@ impl kit::Reconciles for Context {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
     }
 }
 
@@ -132,6 +137,7 @@ pub async fn run(
         client: client.clone(),
         failures: Default::default(),
         metrics,
+        recorder: kit::recorder(&client),
     });
     let controller = Controller::new(
         scope.api::<DeserializeGuard<ToolPolicy>>(&client),

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -225,6 +225,9 @@ impl crate::kit::Reconciles for Context {
     fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
     }
+    fn recorder(&self) -> &kube::runtime::events::Recorder {
+        &self.recorder
+    }
 }
 
 /// How often a call waiting for a dry run looks for one.
@@ -359,13 +362,7 @@ pub async fn run(
     let store = controller.store();
     let by_descriptor = store.clone();
     crate::ops::ready_when_synced(health, store.clone(), cache.clone());
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "toolgate-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let recorder = crate::kit::recorder(&client);
     // The calls' pods, kept in a store the reconciles read: each change is applied to the store
     // before it triggers the call's reconcile, so the reconcile sees it.
     let (pods, pod_writer) = kube::runtime::reflector::store();
