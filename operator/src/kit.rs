@@ -148,12 +148,14 @@ pub fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
 }
 
 /// The Warning Event of a failed reconcile: its category as the reason (the same word as the
-/// log field and the metric label), what failed as the note.
+/// log field and the metric label), what failed as the note — through the redactor's token
+/// shapes, since an error may quote what a server or a broker answered.
 pub fn failure_event(error: &impl Categorized) -> kube::runtime::events::Event {
+    let note = toolgate_core::redact::Redactor::default().redact_str(&error.to_string());
     kube::runtime::events::Event {
         type_: kube::runtime::events::EventType::Warning,
         reason: error.category().into(),
-        note: Some(error.to_string().chars().take(1000).collect()),
+        note: Some(note.chars().take(1000).collect()),
         action: "Reconcile".into(),
         secondary: None,
     }
@@ -258,6 +260,28 @@ mod tests {
         fn category(&self) -> &'static str {
             "KubeApiFailed"
         }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error(
+        "reading the binding: Vault said: bad token ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
+    )]
+    struct Quoting;
+
+    impl super::Categorized for Quoting {
+        fn category(&self) -> &'static str {
+            "BrokerUnavailable"
+        }
+    }
+
+    #[test]
+    fn a_failure_event_carries_no_token_an_error_quotes() {
+        let note = super::failure_event(&Quoting).note.unwrap_or_default();
+        assert!(!note.contains("ghp_0123"), "{note}");
+        assert!(
+            note.starts_with("reading the binding: Vault said: bad token "),
+            "{note}"
+        );
     }
 
     #[test]

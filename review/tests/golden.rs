@@ -1,6 +1,7 @@
 //! The golden prompts of tests/golden/tool-selection.yaml, read by the eval's parser: each one's
 //! expected tool ranks first in the view over the example manifests.
 
+#[path = "../../core/tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,7 @@
 //! the gates fit what their authors declared, and their descriptions are not mistaken for
 //! poisoning.
 
+#[path = "../../core/tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
