@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README). Installs and starts the real servers the suites need, then runs
 # every test of the workspace:
-#   - bubblewrap (the local sandbox), with apt, through scripts/install-deps.sh;
+#   - bubblewrap (the local sandbox) and e2fsprogs (its write quotas), with apt, through scripts/install-deps.sh;
 #   - moto (S3-compatible artifact store), in a virtualenv cached under ~/.cache/toolgate;
 #   - helm (built with go by tests/helm/build.sh, cached under ~/.cache/toolgate/helm) for the
 #     chart's tests;

@@ -130,9 +130,38 @@ pub struct FilesystemPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65536))]
     pub temp_dir_size_mb: Option<u32>,
+    /// How much one call may write into its write roots (unset: 1024 MiB and 100000 files). The
+    /// embedded runtime, as root, gives each call a filesystem of this size layered over its
+    /// write roots: the kernel refuses a write past it (`No space left on device`), and the
+    /// call's writes reach the workspace when it ends. A file a call changes counts whole. Unprivileged, it cannot mount one: a quota set here refuses the call,
+    /// the default is recorded as not enforced. On a cluster `sizeMb` is the size limit of the
+    /// workspace's emptyDir (the kubelet evicts a pod past it); a PersistentVolumeClaim's capacity
+    /// bounds a claimed workspace instead; `files` is not enforced there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_quota: Option<WriteQuota>,
     /// Whether declared output files are kept as artifacts.
     #[serde(default)]
     pub persist_outputs: bool,
+}
+
+/// A call's writes into its write roots, at most.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteQuota {
+    /// Bytes, in MiB.
+    #[schemars(range(min = 1, max = 1048576))]
+    pub size_mb: u32,
+    /// Files, folders and links created or changed.
+    #[schemars(range(min = 16, max = 16777216))]
+    pub files: u32,
+}
+
+impl WriteQuota {
+    /// The quota of a policy that sets none.
+    pub const DEFAULT: WriteQuota = WriteQuota {
+        size_mb: 1024,
+        files: 100_000,
+    };
 }
 
 /// Network egress of a call.

@@ -36,7 +36,7 @@ pub(crate) fn sandbox_plan(
     let private: Vec<PathBuf> = std::iter::once(config.data.clone())
         .chain(hidden.iter().cloned())
         .collect();
-    let plan = toolgate_sandbox::resolve(
+    let mut plan = toolgate_sandbox::resolve(
         target.policy,
         &Context {
             workspace: &config.workspace,
@@ -48,6 +48,7 @@ pub(crate) fn sandbox_plan(
             ),
         },
     )?;
+    plan.layers = Some(crate::slot::layers_folder(&config.data));
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
 

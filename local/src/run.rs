@@ -154,6 +154,7 @@ pub(crate) fn spawn_placed(rt: &Runtime, rec: CallRecord, placed: Placed) {
 async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), ApiError> {
     let id = rec.id.as_str();
     let outcome = execute(rt, &rec, &mut p.slot).await;
+    let outcome = with_writes_kept(outcome, p.slot.keep_writes().await);
     let base = p.slot.base().clone();
     let outcome = outcome.and_then(|ran| {
         let relative = Path::new(&rec.namespace).join(&rec.id);
@@ -209,6 +210,44 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
         tracing::error!(error = %e, "re-checking pending calls after a dry run");
     }
     Ok(())
+}
+
+/// The longest message a result's error carries (`status.result.error.message`).
+const ERROR_MESSAGE_MAX: usize = 2048;
+
+/// A run's outcome once its writes are in the workspace: a failure says when the write quota was
+/// used up (`No space left on device` is all the tool saw), and writes that could not be brought
+/// back fail a call that had succeeded.
+fn with_writes_kept(
+    outcome: Result<(CallResult, Duration), String>,
+    used_up: Result<Option<toolgate_sandbox::plan::WriteLimit>, String>,
+) -> Result<(CallResult, Duration), String> {
+    let limit = match used_up {
+        Err(e) => return outcome.and(Err(e)),
+        Ok(None) => return outcome,
+        Ok(Some(limit)) => limit,
+    };
+    let quota = format!(
+        "the call used up its write quota ({} MiB, {} files: filesystem.writeQuota of its SandboxPolicy)",
+        limit.bytes / (1024 * 1024),
+        limit.files
+    );
+    match outcome {
+        Ok((mut result, elapsed)) => {
+            if result.status != toolgate_crds::ResultStatus::Success
+                && let Some(error) = result.error.as_mut()
+            {
+                // The quota said whole, the tool's message cut to keep within its bound.
+                let room = ERROR_MESSAGE_MAX.saturating_sub(quota.len() + 2);
+                error.message = format!(
+                    "{}; {quota}",
+                    toolgate_core::text::cut(&error.message, room)
+                );
+            }
+            Ok((result, elapsed))
+        }
+        Err(message) => Err(format!("{message}; {quota}")),
+    }
 }
 
 /// The steps up to Started, decided by the core around this runtime's placement; `placed` is

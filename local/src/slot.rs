@@ -281,6 +281,33 @@ impl Slot {
         }
     }
 
+    /// Bring the call's writes into its write roots from the filesystem they landed on
+    /// ([`toolgate_sandbox::layer`]), once the sandbox is gone and nothing writes any more. After
+    /// every run, whatever its end: a call's writes into a cluster's workspace volume stay too.
+    /// The quota when the run used it up (the likely cause of a failure).
+    pub(crate) async fn keep_writes(
+        &mut self,
+    ) -> Result<Option<toolgate_sandbox::plan::WriteLimit>, String> {
+        let Some(mut layer) = self.sandboxed.take_write_layer() else {
+            return Ok(None);
+        };
+        self.exited().await;
+        let used_up = layer.used_up().then(|| layer.limit());
+        // Copying is file work of any size: off the runtime's threads, the layer removed there too.
+        let kept = tokio::task::spawn_blocking(move || layer.keep())
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|k| k.map_err(|e| e.to_string()))
+            .map_err(|e| format!("bringing the call's writes into the workspace: {e}"))?;
+        tracing::debug!(
+            files = kept.files,
+            bytes = kept.bytes,
+            removed = kept.removed,
+            "kept the call's writes"
+        );
+        Ok(used_up)
+    }
+
     /// Until the executor prints its result line, or exits without one.
     async fn end(&mut self) -> std::io::Result<Ended> {
         let said = self.said.take();
@@ -477,6 +504,12 @@ impl Drop for SlotFolder {
 /// host they are there too when no memory filesystem is private to this user.
 pub(crate) fn slots_folder(data: &Path) -> PathBuf {
     data.join("slots")
+}
+
+/// Where the filesystems that hold the calls' writes are made (on disk: writes are not held in
+/// memory), inside the data folder no sandbox sees.
+pub(crate) fn layers_folder(data: &Path) -> PathBuf {
+    data.join("layers")
 }
 
 /// Where slots stage their calls' artifacts on the host, beside the artifact store.

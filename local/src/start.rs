@@ -79,6 +79,22 @@ impl Runtime {
                 "removed the cgroups of sandboxes whose runtime had died"
             );
         }
+        let layers = crate::slot::layers_folder(&config.data);
+        let swept =
+            tokio::task::spawn_blocking(move || toolgate_sandbox::layer::sweep_orphaned(&layers))
+                .await
+                .unwrap_or(0);
+        if swept > 0 {
+            tracing::info!(
+                swept,
+                "removed the write layers of sandboxes whose runtime had died"
+            );
+        }
+        if !nix::unistd::geteuid().is_root() {
+            tracing::warn!(
+                "running unprivileged: a call's writes are not bounded by the default write quota (it needs a mount); a SandboxPolicy that sets filesystem.writeQuota is refused here"
+            );
+        }
         let rt = Runtime::new(config, store, linter, loaded);
         // The McpServers' tools, listed before any call is taken.
         if rt.discover(true).await {

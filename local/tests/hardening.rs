@@ -1005,3 +1005,128 @@ async fn a_poisoned_tool_description_stays_out_of_views_until_reviewed() {
         call.reasons
     );
 }
+
+/// One call could once write gigabytes into the host workspace. A call's writes now land on a
+/// filesystem of its policy's `writeQuota` (root included): a write past the bytes or the files
+/// fails with the quota named in the call's failure, what it wrote up to there is bounded, and a
+/// call's writes (deletions included) are in the workspace when it is seen to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_cannot_write_past_its_quota_and_its_writes_are_there_when_it_ends() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the write quota needs root (its filesystem is mounted)");
+        return;
+    }
+    let dir = setup();
+    let root = dir.path();
+    let m = root.join("manifests");
+    let tool = |name: &str, script: &str| {
+        Tool::test(name)
+            .argv(&format!("[sh, -c, {script:?}]"))
+            .idempotent(false)
+            .approval("never")
+            .summary("A tool of the write quota test.")
+            .policy("quota-8mb")
+            .timeout_ms(15000)
+            .yaml("team-a")
+    };
+    for (file, text) in [
+        // 20 MiB into a policy of 8.
+        (
+            "q-fill",
+            tool("q.fill", "head -c 20971520 /dev/zero > big && echo wrote"),
+        ),
+        // 500 files into a policy of 64.
+        (
+            "q-files",
+            tool(
+                "q.files",
+                "mkdir many && for i in $(seq 1 500); do : > many/$i || exit 1; done",
+            ),
+        ),
+        (
+            "q-edit",
+            tool(
+                "q.edit",
+                "echo kept > out.txt && rm old.txt && mkdir -p d && echo x > d/x",
+            ),
+        ),
+    ] {
+        std::fs::write(m.join(format!("tools/{file}.yaml")), text).expect("tool");
+    }
+    std::fs::write(
+        m.join("q-policy.yaml"),
+        r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {name: quota-8mb, namespace: team-a}
+spec:
+  mode: workspace_write
+  filesystem: {cwd: workspace/q, readRoots: [workspace], writeRoots: [workspace/q], writeQuota: {sizeMb: 8, files: 64}}
+  network: {egress: none}
+  environment: {inheritedEnv: [PATH]}
+  process: {timeoutMs: 15000, maxMemoryMb: 128, maxProcesses: 16, maxStdoutBytes: 65536, maxStderrBytes: 65536}
+  audit: {}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {name: quota-tools, namespace: team-a}
+spec:
+  subjects:
+  - {kind: ServiceAccount, name: fixer, namespace: team-a}
+  tools: {names: [q.fill, q.files, q.edit]}
+  scopes: ["workspace:read"]
+  reason: write quota tests
+"#,
+    )
+    .expect("policy");
+    let q = root.join("workspace/q");
+    std::fs::create_dir_all(&q).expect("q");
+    std::fs::write(q.join("old.txt"), "old").expect("old");
+    let server = Server::start(root);
+    let mut c = server.client().await;
+
+    let call = submit(&mut c, "q.fill", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    assert!(
+        done.status_json
+            .contains("used up its write quota (8 MiB, 64 files"),
+        "{}",
+        done.status_json
+    );
+    let big = std::fs::metadata(q.join("big")).map_or(0, |m| m.len());
+    assert!(big <= 8 * 1024 * 1024, "{big} bytes reached the workspace");
+    let plan = explain(&mut c, &call.id).await;
+    assert!(
+        format!("{plan:?}").contains("filesystem (8 MiB, 64 files)"),
+        "the plan says how writes are bounded: {plan:?}"
+    );
+
+    let call = submit(&mut c, "q.files", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    assert!(done.status_json.contains("used up its write quota"));
+    let made = std::fs::read_dir(q.join("many")).map_or(0, |d| d.count());
+    assert!(made < 100, "{made} files reached the workspace");
+
+    let call = submit(&mut c, "q.edit", serde_json::json!({}), "execute").await;
+    let done = wait_phase(&mut c, &call.id, &["Succeeded", "Failed"]).await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert_eq!(
+        std::fs::read_to_string(q.join("out.txt")).expect("out"),
+        "kept\n"
+    );
+    assert_eq!(std::fs::read_to_string(q.join("d/x")).expect("x"), "x\n");
+    assert!(!q.join("old.txt").exists(), "the deletion is kept too");
+    let layers = root.join("data/layers");
+    // Each run's layer is removed with its sandbox, just after the call's end is recorded; the
+    // sandboxes made ahead for the plan's next calls (four, `--warm-sandboxes`) wait with theirs.
+    let mut left = usize::MAX;
+    for _ in 0..50 {
+        left = std::fs::read_dir(&layers).map_or(0, |d| d.count());
+        if left <= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(left <= 4, "{left} layers left after three calls");
+}

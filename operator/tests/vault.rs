@@ -345,7 +345,7 @@ fn a_lease_is_revoked_when_its_call_ends_is_deleted_or_outlives_its_operator() {
     // The operator killed mid-call, and the call ends while none runs: the next one revokes the
     // lease when it finds the call ended.
     let mut s = s;
-    s.call("orphan", "vault.sa-sleep", "{seconds: \"3\"}");
+    s.call("orphan", "vault.sa-sleep", "{seconds: \"10\"}");
     wait_for(&ns, "toolcall/orphan", "{.status.phase}", &["Running"]);
     s.wait_lease();
     s.operator = None;

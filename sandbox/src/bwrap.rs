@@ -235,9 +235,11 @@ mod tests {
                 processes: None,
                 file_bytes: None,
                 tmp_bytes: 1024,
+                writes: None,
             },
             env: vec![("PATH".into(), "/usr/bin".into())],
             etc: None,
+            layers: None,
         }
     }
 

@@ -5,7 +5,8 @@
 //! package (`bubblewrap`). We add what it does not decide for us: the filesystem view resolved from
 //! the SandboxPolicy ([`plan`]), a seccomp deny-list built with `seccompiler` ([`seccomp`]), and
 //! resource limits as rlimits plus a cgroup for memory and processes when one is writable
-//! ([`spawn`]; RLIMIT_NPROC does not bind uid 0, a pids cgroup does).
+//! ([`spawn`]; RLIMIT_NPROC does not bind uid 0, a pids cgroup does), and a write quota as a
+//! filesystem of its size under the write roots ([`layer`]).
 //!
 //! Resolution is pure: [`plan::resolve`] turns a policy into a [`plan::SandboxPlan`] or refuses
 //! with a reason before anything runs (invariant 10); [`bwrap::arguments`] turns a plan into
@@ -16,6 +17,8 @@ pub mod bwrap;
 mod child;
 pub mod confine;
 pub mod etc;
+mod label;
+pub mod layer;
 pub mod plan;
 pub mod seccomp;
 pub mod spawn;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
-use toolgate_crds::{EgressMode, SandboxMode, SandboxPolicySpec};
+use toolgate_crds::{EgressMode, SandboxMode, SandboxPolicySpec, WriteQuota};
 
 pub use toolgate_contract::exec::WORKSPACE_INSIDE;
 
@@ -48,6 +48,23 @@ pub struct Limits {
     pub file_bytes: Option<u64>,
     /// Size of the private `/tmp`.
     pub tmp_bytes: u64,
+    /// What the write roots may take in all; none without write roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writes: Option<WriteLimit>,
+}
+
+/// A call's writes into its write roots, at most: the size of the filesystem its writes land on
+/// ([`crate::layer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteLimit {
+    /// Bytes.
+    pub bytes: u64,
+    /// Files, folders and links.
+    pub files: u64,
+    /// Whether the policy set it: then a runtime that cannot enforce it refuses the call; the
+    /// default is recorded as not enforced.
+    pub required: bool,
 }
 
 mod millis {
@@ -83,6 +100,10 @@ pub struct SandboxPlan {
     /// `None` binds each file (one mount each).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etc: Option<PathBuf>,
+    /// The host folder the filesystems that hold a call's writes are made in (a folder no
+    /// sandbox sees); `None`: the system's temp folder.
+    #[serde(skip)]
+    pub layers: Option<PathBuf>,
 }
 
 /// One of the runtime's own files or folders, visible at `path` inside.
@@ -306,6 +327,14 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
     if let Some(t) = cx.timeout_ms {
         timeout_ms = timeout_ms.min(t);
     }
+    let writes = (!writable.is_empty()).then(|| {
+        let quota = fs.write_quota.unwrap_or(WriteQuota::DEFAULT);
+        WriteLimit {
+            bytes: u64::from(quota.size_mb) * 1024 * 1024,
+            files: u64::from(quota.files),
+            required: fs.write_quota.is_some(),
+        }
+    });
     Ok(SandboxPlan {
         read_only,
         writable,
@@ -325,9 +354,11 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
             tmp_bytes: fs
                 .temp_dir_size_mb
                 .map_or(DEFAULT_TMP_BYTES, |mb| u64::from(mb) * 1024 * 1024),
+            writes,
         },
         env,
         etc: None,
+        layers: None,
     })
 }
 

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::bwrap::{arguments, kind_of};
 use crate::child::{ChildSetup, Failed, Started, start_piped};
+use crate::label::{maker_of, unique};
 use crate::plan::SandboxPlan;
 use crate::seccomp;
 
@@ -53,6 +54,9 @@ pub enum SpawnError {
         /// Why, and what would make it enforceable.
         why: &'static str,
     },
+    /// The policy sets a write quota and no filesystem could be made to enforce it.
+    #[error("filesystem.writeQuota cannot be enforced here: {0}")]
+    WriteQuota(crate::layer::LayerError),
     /// A write root could not be created, or a temp file written.
     #[error("{what}: {source}")]
     Io {
@@ -74,6 +78,9 @@ pub struct Enforcement {
     pub processes: &'static str,
     /// The seccomp filters and what they refuse.
     pub seccomp: &'static str,
+    /// `filesystem` (a filesystem of the quota's size under the write roots, [`crate::layer`]),
+    /// `none` without write roots, or why the default quota is not enforced here.
+    pub writes: String,
 }
 
 /// A command ready to spawn, and what must live as long as it does.
@@ -93,6 +100,8 @@ pub struct SandboxedCommand {
     /// The cpu cgroup of a sandbox made ahead of demand, idle until its call claims it.
     idle_cpu: Option<IdleCpu>,
     placeholders: Vec<Placeholder>,
+    /// The filesystem the write roots' writes land on, when it could be made.
+    layer: Option<crate::layer::WriteLayer>,
 }
 
 /// A cpu cgroup in which a sandbox made ahead of demand runs only on CPU time nothing else
@@ -181,12 +190,20 @@ impl SandboxedCommand {
         self.idle_cpu.is_some()
     }
 
-    /// Remove the cgroups once the sandbox has exited, killing anything left in them first, and
-    /// the placeholders of blocked paths.
+    /// The filesystem the sandbox's writes landed on, to keep them once it has exited
+    /// ([`crate::layer::WriteLayer::keep`]); none without write roots or where the default quota
+    /// is not enforced (the writes are in the write roots already).
+    pub fn take_write_layer(&mut self) -> Option<crate::layer::WriteLayer> {
+        self.layer.take()
+    }
+
+    /// Remove the cgroups once the sandbox has exited, killing anything left in them first, the
+    /// placeholders of blocked paths, and the write layer with any writes not kept.
     pub fn cleanup(&mut self) {
         for p in self.placeholders.drain(..) {
             p.remove();
         }
+        self.layer = None;
         for dir in self.cgroups.drain(..) {
             remove_cgroup(&dir);
         }
@@ -296,14 +313,15 @@ fn prepare_made(
     let empty_path = empty
         .as_ref()
         .map_or_else(|| PathBuf::from("/dev/null"), |e| e.path().to_path_buf());
+    let label = unique(label);
     let Cgroups {
         memory,
         pids,
         cgroups,
         procs_files,
         idle_cpu,
-    } = Cgroups::make(plan, &unique(label), made)?;
-    let enforcement = Enforcement {
+    } = Cgroups::make(plan, &label, made)?;
+    let mut enforcement = Enforcement {
         memory: if memory.is_some() {
             "cgroup"
         } else {
@@ -315,12 +333,24 @@ fn prepare_made(
             (Some(_), false) => "rlimit-nproc",
         },
         seccomp: "deny-list (mount, ptrace, bpf, keyctl, kexec, modules, namespaces, setuid/setgid modes, mknod, …) + clone3/openat2→ENOSYS",
+        writes: String::new(),
     };
 
     let placeholders = placeholders(plan)?;
+    let (layer, writes) = write_layer(plan, &label)?;
+    enforcement.writes = writes;
+    // The sandbox binds each write root's overlay where the root would be.
+    let mut bound = plan.clone();
+    if let Some(layer) = &layer {
+        for b in &mut bound.writable {
+            if let Some(merged) = layer.merged(&b.host) {
+                b.host = merged.to_path_buf();
+            }
+        }
+    }
     let mut command = Command::new(bwrap);
     command
-        .args(arguments(plan, &fds, &empty_path, &kind_of))
+        .args(arguments(&bound, &fds, &empty_path, &kind_of))
         .arg("--")
         .arg(program)
         .args(args)
@@ -376,7 +406,33 @@ fn prepare_made(
         cgroups,
         idle_cpu,
         placeholders,
+        layer,
     })
+}
+
+/// The filesystem a plan's writes land on, and how its quota is enforced. A quota the policy
+/// set that cannot be enforced refuses the sandbox; the default one is said not to be.
+fn write_layer(
+    plan: &SandboxPlan,
+    label: &str,
+) -> Result<(Option<crate::layer::WriteLayer>, String), SpawnError> {
+    let Some(limit) = plan.limits.writes else {
+        return Ok((None, "none".into()));
+    };
+    let roots: Vec<PathBuf> = plan.writable.iter().map(|b| b.host.clone()).collect();
+    let parent = plan.layers.clone().unwrap_or_else(std::env::temp_dir);
+    match crate::layer::WriteLayer::make(&roots, limit, &parent, label) {
+        Ok(layer) => Ok((
+            Some(layer),
+            format!(
+                "filesystem ({} MiB, {} files)",
+                limit.bytes / (1024 * 1024),
+                limit.files
+            ),
+        )),
+        Err(e) if limit.required => Err(SpawnError::WriteQuota(e)),
+        Err(e) => Ok((None, format!("not enforced: {e}"))),
+    }
 }
 
 /// Missing write roots created (an existing file is bound as it is); a blocked path under a
@@ -399,27 +455,6 @@ fn host_paths(plan: &SandboxPlan) -> Result<(), SpawnError> {
         }
     }
     Ok(())
-}
-
-/// A sandbox's label, unique per sandbox even for the same label at once (retries, tests in
-/// parallel), in the characters a cgroup name takes.
-fn unique(label: &str) -> String {
-    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let label: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!(
-        "{label}-{}-{}",
-        std::process::id(),
-        SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    )
 }
 
 /// A sandbox's cgroups: memory, pids when the plan limits processes, and an idle CPU weight for
@@ -564,15 +599,6 @@ pub fn own_cgroup(controller: &str) -> Option<PathBuf> {
     })
 }
 
-/// The runtime process a sandbox cgroup's name (`toolgate-<label>-<pid>-<sequence>`) says made it.
-fn maker_of(name: &str) -> Option<i32> {
-    let rest = name.strip_prefix("toolgate-")?;
-    let mut parts = rest.rsplitn(3, '-');
-    let (_sequence, pid) = (parts.next()?.parse::<u64>().ok()?, parts.next()?);
-    parts.next()?;
-    pid.parse().ok()
-}
-
 /// Remove the sandbox cgroups (beside this process's own, under the memory, pids and cpu
 /// controllers) whose runtime is gone, killing what is still in them first: a runtime killed
 /// with SIGKILL cannot clean up, and a sandbox it was starting at that moment can outlive it
@@ -632,28 +658,6 @@ fn make_cgroup(
         Err(_) => {
             let _ = std::fs::remove_dir(&dir);
             None
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::maker_of;
-
-    #[test]
-    fn a_sandbox_cgroup_names_the_runtime_that_made_it() {
-        assert_eq!(maker_of("toolgate-warm-4307-3"), Some(4307));
-        assert_eq!(maker_of("toolgate-escape-test-12-0"), Some(12));
-        assert_eq!(maker_of("toolgate-call-1-2"), Some(1));
-        for other in [
-            "toolgate-warm",
-            "toolgate-4307-3",
-            "warm-4307-3",
-            "toolgate-warm-x-3",
-            "toolgate-warm-4307-y",
-            "",
-        ] {
-            assert_eq!(maker_of(other), None, "{other:?}");
         }
     }
 }

@@ -62,10 +62,18 @@ fn plan(f: &Fixture) -> SandboxPlan {
             processes: Some(32),
             file_bytes: Some(1 << 20),
             tmp_bytes: 4 << 20,
+            // As `toolgate local` runs them: the write root an overlay on a filesystem of its
+            // quota (where this process may mount one).
+            writes: Some(toolgate_sandbox::plan::WriteLimit {
+                bytes: 16 << 20,
+                files: 1000,
+                required: false,
+            }),
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         // As `toolgate local` runs them: /etc a copy of the few files sandboxes see.
         etc: Some(etc_copy(f)),
+        layers: Some(f.root.join("layers")),
     }
 }
 
@@ -125,6 +133,10 @@ fn run(plan: &SandboxPlan, script: &str) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    // As the runtime does once the sandbox has exited: its writes brought into the write roots.
+    if let Some(mut layer) = prepared.take_write_layer() {
+        layer.keep().expect("the sandbox's writes kept");
+    }
     prepared.cleanup();
     let stdout = reader.join().expect("stdout reader");
     let stderr = ereader.join().expect("stderr reader");

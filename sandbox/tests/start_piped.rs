@@ -27,9 +27,11 @@ fn plan() -> SandboxPlan {
             processes: Some(32),
             file_bytes: Some(1 << 20),
             tmp_bytes: 4 << 20,
+            writes: None,
         },
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         etc: None,
+        layers: None,
     }
 }
 

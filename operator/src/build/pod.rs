@@ -35,8 +35,14 @@ pub struct PodInput<'a> {
     pub workspace_writable: bool,
 }
 
-/// The workspace: the policy's PersistentVolumeClaim, or an empty folder of at most 1 GiB.
+/// The workspace: the policy's PersistentVolumeClaim, or an empty folder of at most the policy's
+/// write quota (its default, 1 GiB, when it sets none): the kubelet evicts a pod past it.
 fn workspace_volume(input: &PodInput<'_>) -> Volume {
+    let quota = input
+        .policy
+        .filesystem
+        .write_quota
+        .unwrap_or(toolgate_crds::WriteQuota::DEFAULT);
     match &input.policy.filesystem.workspace_claim_name {
         Some(claim) => Volume {
             name: "workspace".into(),
@@ -49,7 +55,7 @@ fn workspace_volume(input: &PodInput<'_>) -> Volume {
         None => Volume {
             name: "workspace".into(),
             empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity("1Gi".into())),
+                size_limit: Some(Quantity(format!("{}Mi", quota.size_mb))),
                 ..Default::default()
             }),
             ..Default::default()

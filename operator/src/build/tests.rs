@@ -15,7 +15,7 @@ const OWNER: Owner<'static> = Owner {
 fn policy(network: serde_json::Value) -> SandboxPolicySpec {
     serde_json::from_value(serde_json::json!({
         "mode": "workspace_write",
-        "filesystem": {"readRoots": ["workspace"], "writeRoots": ["workspace"], "tempDirSizeMb": 32},
+        "filesystem": {"readRoots": ["workspace"], "writeRoots": ["workspace"], "tempDirSizeMb": 32, "writeQuota": {"sizeMb": 48, "files": 1000}},
         "network": network,
         "environment": {},
         "process": {"timeoutMs": 10000, "maxMemoryMb": 128, "maxCpuMillis": 500, "maxProcesses": 4,
@@ -95,6 +95,15 @@ fn the_pod_is_hardened_limited_and_owned() {
     assert_eq!(
         tmp.empty_dir.as_ref().and_then(|e| e.size_limit.clone()),
         Some(Quantity("32Mi".into()))
+    );
+    let workspace = vols.iter().find(|v| v.name == "workspace").expect("ws");
+    assert_eq!(
+        workspace
+            .empty_dir
+            .as_ref()
+            .and_then(|e| e.size_limit.clone()),
+        Some(Quantity("48Mi".into())),
+        "the workspace is bounded by the policy's write quota"
     );
     let cred = vols
         .iter()
