@@ -400,8 +400,9 @@ fn is_opaque(dir: BorrowedFd<'_>) -> bool {
     rustix::fs::fgetxattr(dir, OPAQUE, &mut value[..]).is_ok_and(|n| value[..n] == *b"y")
 }
 
-/// Copy a regular file into `lower` under a temporary name, then rename it over `name`: a
-/// reader sees the old file or the new one, never half of it. Its bytes.
+/// Copy a regular file into `lower`: created in place when the name is free (a new file, the
+/// common case), else written under a temporary name and renamed over the old one, so a reader
+/// sees the old file or the new one, never half of it. Its bytes.
 fn copy_file(
     upper: BorrowedFd<'_>,
     lower: BorrowedFd<'_>,
@@ -414,29 +415,46 @@ fn copy_file(
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let mut temp = OsString::from(".toolgate-keep-");
-    temp.push(name);
-    let _ = rustix::fs::unlinkat(lower, &temp, AtFlags::empty());
-    let to = rustix::fs::openat(
-        lower,
-        &temp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
+    let create = |at: &OsStr| {
+        rustix::fs::openat(
+            lower,
+            at,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    };
+    let mut temp = None;
+    let to = match create(name) {
+        Ok(to) => to,
+        Err(rustix::io::Errno::EXIST) => {
+            let mut t = OsString::from(".toolgate-keep-");
+            t.push(name);
+            let _ = rustix::fs::unlinkat(lower, &t, AtFlags::empty());
+            let to = create(&t)?;
+            temp = Some(t);
+            to
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (mut from, mut to) = (File::from(from), File::from(to));
     let bytes = std::io::copy(&mut from, &mut to)?;
     rustix::fs::fchmod(&to, Mode::from_raw_mode(stat.st_mode & PERMISSIONS))?;
-    if let Ok(modified) = from.metadata().and_then(|m| m.modified()) {
-        let _ = to.set_modified(modified);
-    }
+    let modified = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            u64::try_from(stat.st_mtime).unwrap_or(0),
+            u32::try_from(stat.st_mtime_nsec).unwrap_or(0),
+        );
+    let _ = to.set_modified(modified);
     drop(to);
-    // A folder where the file goes is replaced (the sandbox deleted it and wrote a file).
-    if rustix::fs::statat(lower, name, AtFlags::SYMLINK_NOFOLLOW)
-        .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
-    {
-        remove(lower, name)?;
+    if let Some(temp) = temp {
+        // A folder where the file goes is replaced (the sandbox deleted it and wrote a file).
+        if rustix::fs::statat(lower, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+        {
+            remove(lower, name)?;
+        }
+        rustix::fs::renameat(lower, &temp, lower, name)?;
     }
-    rustix::fs::renameat(lower, &temp, lower, name)?;
     Ok(bytes)
 }
 
