@@ -79,10 +79,11 @@ if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ] \
      && npm install --silent --no-audit --no-fund $NODE_PACKAGES >/dev/null)
 fi
 
-# The Python client's test environment: what clients/python builds and runs with, read from its
-# pyproject.toml (tests/run.sh then installs the client itself without fetching anything).
+# The Python client's build and test environment: what clients/python builds with, its test
+# tools and the OpenAI Agents SDK its adapter is tested with, read from its pyproject.toml
+# (tests/run.sh builds the wheel with them and installs it into a fresh virtualenv).
 PYVENV="$CACHE/pyclient"
-PYREQS="$(python3 -c 'import tomllib; p = tomllib.load(open("clients/python/pyproject.toml", "rb")); print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"] + p["project"]["optional-dependencies"]["test"]))')"
+PYREQS="$(python3 -c 'import tomllib; p = tomllib.load(open("clients/python/pyproject.toml", "rb")); o = p["project"]["optional-dependencies"]; print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"] + o["test"] + o["openai-agents"]))')"
 if [ ! -f "$PYVENV/requirements.installed" ] || [ "$(cat "$PYVENV/requirements.installed")" != "$PYREQS" ]; then
   log "installing the Python client's build and test requirements into $PYVENV"
   [ -x "$PYVENV/bin/python" ] || python3 -m venv "$PYVENV"

@@ -33,14 +33,25 @@ log() { echo "tests/run.sh: $*" >&2; }
 # The real servers every suite needs, installed, built and started (tests/servers.sh).
 . tests/servers.sh
 
-# The Python client (clients/python) against a real `toolgate local`. Its stubs are generated
-# from proto/ when pip builds it, with the build requirements tests/install.sh put in its
-# virtualenv (nothing is fetched here).
+# The Python client (clients/python) as users get it: its wheel and sdist built from its folder
+# alone (`python -m build`, the wheel made from the sdist; its stubs generated into the build),
+# the wheel installed with its dependencies into a fresh virtualenv, and its suite run there
+# against a real `toolgate local`. The test tools (pytest, mypy, the Agents SDK) come from the
+# cached build virtualenv through a .pth placed after the fresh one's own packages.
 python_client_tests() {
-  log "installing the Python client into $TOOLGATE_PYCLIENT_VENV"
-  "$TOOLGATE_PYCLIENT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    --no-build-isolation --no-deps --force-reinstall ./clients/python
-  TOOLGATE_BINARY="$CARGO_TARGET/debug/toolgate" "$TOOLGATE_PYCLIENT_VENV/bin/python" -m pytest -q clients/python/tests
+  local work; work="$(mktemp -d)"
+  log "building the Python client's sdist and wheel"
+  "$TOOLGATE_PYCLIENT_VENV/bin/python" -m build --no-isolation --outdir "$work/dist" clients/python >"$work/build.log" 2>&1 \
+    || { cat "$work/build.log" >&2; return 1; }
+  log "installing the wheel into a fresh virtualenv"
+  python3 -m venv "$work/venv"
+  "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$work"/dist/toolgate-*.whl
+  local tools fresh
+  tools="$("$TOOLGATE_PYCLIENT_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  fresh="$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$tools" > "$fresh/zz-toolgate-test-tools.pth"
+  TOOLGATE_BINARY="$CARGO_TARGET/debug/toolgate" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
+  rm -rf "$work"
 }
 CARGO_TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 

@@ -111,8 +111,17 @@ def start(root, extra=()):
 def server(tmp_path_factory):
     addr, proc = start(tmp_path_factory.mktemp("toolgate"))
     yield addr
+    stop(proc)
+
+
+def stop(proc):
+    """Stop a server: asked first, killed if it has not gone after a while (a busy machine)."""
     proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -131,8 +140,7 @@ def tls_server(tmp_path_factory):
         ["--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.key")],
     )
     yield addr, str(root / "ca.pem")
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -156,5 +164,4 @@ def mtls_server(tmp_path_factory):
          "--tls-client-ca", str(root / "ca.pem")],
     )
     yield addr, str(root / "ca.pem"), str(root / "agent.pem"), str(root / "agent.key")
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop(proc)

@@ -9,7 +9,16 @@ import sys
 import grpc
 import pytest
 
-from toolgate import Client, ToolgateError
+from toolgate import (
+    Client,
+    InvalidArgument,
+    NotFound,
+    Phase,
+    PermissionDenied,
+    ToolgateError,
+    Unauthenticated,
+    WaitTimeout,
+)
 
 from conftest import AGENT, REVIEWER, ROOT
 
@@ -21,7 +30,9 @@ def test_view_is_ready_for_a_model_sdk(server):
     names = [t["function"]["name"] for t in view.tools]
     assert "file__read" in names, names
     assert view.hidden, "explain lists what the model does not see, with reasons"
-    assert all(h["code"] and h["reason"] for h in view.hidden)
+    assert all(h.code and h.reason for h in view.hidden)
+    read = view.tool("file__read")
+    assert read is not None and read.name == "file.read" and read.digest.startswith("sha256:")
 
 
 def test_the_responses_api_shape_is_flat(server):
@@ -35,11 +46,11 @@ def test_the_responses_api_shape_is_flat(server):
 def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
     with Client(server, token=AGENT) as tg:
         view = tg.view("the serializer test is failing, fix it", max_tools=16)
-        offered = [s for s in view.skills if s["name"] == "fix-failing-test"]
-        assert offered and offered[0]["reason"], view.skills
+        offered = [s for s in view.skills if s.name == "fix-failing-test"]
+        assert offered and offered[0].reason, view.skills
         skill = tg.skill("fix-failing-test")
         assert skill.instructions.startswith("# Fixing a failing test")
-        assert skill.tools == ["fix-failing-test.locate-test"]
+        assert skill.tools == ("fix-failing-test.locate-test",)
         call = tg.propose("fix-failing-test.locate-test", {"source": "src/serializer.ts"},
                           action_type="search", task="find the serializer's test")
         done = tg.wait(call.id)
@@ -48,7 +59,7 @@ def test_a_skill_teaches_and_its_script_runs_as_its_tool(server):
         events = list(tg.watch(call.id))
         assert [e.call is not None for e in events] == [False] * (len(events) - 1) + [True]
         assert events[-1].call == tg.get(call.id) == done
-        with pytest.raises(ToolgateError) as missing:
+        with pytest.raises(NotFound) as missing:
             tg.skill("no-such-skill")
         assert missing.value.code == grpc.StatusCode.NOT_FOUND
 
@@ -64,9 +75,9 @@ def test_a_delegation_hands_a_subagent_only_its_allowed_tools(server):
             break
         time.sleep(0.05)
     handed = tg.delegation_token(parent.id)
-    assert handed["handoff"]["args"]["question"] == "is the serializer fix right?"
-    with Client(server, token=handed["token"]) as sub:
-        names = {t["name"] for t in sub.view("read the code", max_tools=32, explain=True).exposed}
+    assert handed.handoff["args"]["question"] == "is the serializer fix right?"
+    with Client(server, token=handed.token) as sub:
+        names = {t.name for t in sub.view("read the code", max_tools=32, explain=True).exposed}
         assert names <= {"file.read", "code.search", "git.diff"}, names
         assert "file.read" in names
         read = sub.wait(sub.propose("file.read", {"path": "src/serializer.ts"}, action_type="read",
@@ -79,7 +90,7 @@ def test_a_delegation_hands_a_subagent_only_its_allowed_tools(server):
     done = tg.wait(parent.id)
     assert done.phase == "Succeeded", done.conditions
     assert done.output_preview == "the fix is right"
-    assert len(tg.explain(parent.id)["children"]) == 2
+    assert len(tg.explain(parent).children) == 2
 
 
 def test_a_call_runs_and_its_artifact_matches_its_hash(server):
@@ -90,12 +101,15 @@ def test_a_call_runs_and_its_artifact_matches_its_hash(server):
     assert done.phase == "Succeeded", done.conditions
     assert "formatDate" in done.output_preview
     events = list(tg.watch(call.id))
-    assert events[-1].phase == "Succeeded"
+    assert events[-1].phase is Phase.SUCCEEDED and events[-1].terminal
     assert done.artifacts, done
-    stdout = next((a for a in done.artifacts if a["kind"] == "stdout"), done.artifacts[0])
-    data = b"".join(tg.artifact(call.id, stdout["id"]))
-    assert "sha256:" + hashlib.sha256(data).hexdigest() == stdout["content_hash"]
-    assert tg.explain(call.id)["call"]["id"] == call.id
+    stdout = next((a for a in done.artifacts if a.kind == "stdout"), done.artifacts[0])
+    data = b"".join(tg.artifact(call, stdout.id))
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == stdout.content_hash
+    assert stdout.size_bytes == len(data)
+    explained = tg.explain(call.id)
+    assert explained.call.id == call.id and explained.sandbox_policy == "read-only"
+    assert [e.type for e in explained.events][:1] == ["ToolCallRequested"]
 
 
 def test_an_approval_needing_call_waits_for_a_human(server):
@@ -103,11 +117,16 @@ def test_an_approval_needing_call_waits_for_a_human(server):
     call = agent.propose("test.gated", {"msg": "approved from python"}, action_type="execute", task="say it")
     assert call.phase == "AwaitingApproval"
     assert agent.wait(call.id).phase == "AwaitingApproval"
-    with pytest.raises(ToolgateError) as own:
+    with pytest.raises(PermissionDenied) as own:
         agent.approve(call)
     assert own.value.reason == "approval-self"
     assert own.value.code == grpc.StatusCode.PERMISSION_DENIED
-    alice.approve(call, comment="fine")
+    # A watch with a deadline ends with the call as it was; the call goes on.
+    with pytest.raises(WaitTimeout) as waited:
+        agent.wait(call, timeout=0.5, wait_approval=True)
+    assert waited.value.call.waiting_for_approval
+    # By id: what the call shows now is what is approved.
+    alice.approve(call.id, comment="fine")
     done = agent.wait(call.id)
     assert done.phase == "Succeeded", done.conditions
     assert done.output_preview.strip() == "approved from python"
@@ -115,15 +134,16 @@ def test_an_approval_needing_call_waits_for_a_human(server):
 
 def test_bad_input_names_the_field(server):
     tg = Client(server, token=AGENT)
-    with pytest.raises(ToolgateError) as e:
+    with pytest.raises(InvalidArgument) as e:
         tg.propose("file.read", {"path": "x"}, action_type="rm", task="t")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.field == "intent.action_type", e.value
     with pytest.raises(ValueError):
         tg.view("x", format="yaml")
-    with pytest.raises(ToolgateError) as e:
+    with pytest.raises(Unauthenticated) as unknown:
         Client(server, token="not-a-token").get("c-1")
-    assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert unknown.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert isinstance(unknown.value, ToolgateError)
 
 
 def test_the_example_agent_loop(server):
@@ -182,3 +202,24 @@ def test_the_server_is_taken_with_or_without_a_scheme(server):
             assert tg.view("read a source file", format="openai").tools, target
     with pytest.raises(ValueError, match="server: expected host:port"):
         Client(f"ftp://{server}", token=AGENT)
+
+
+def test_calls_are_listed_filtered_and_paged(server):
+    with Client(server, token=AGENT) as tg:
+        made = [tg.propose("file.read", {"path": "src/serializer.ts"}, task=f"list {i}") for i in range(3)]
+        for c in made:
+            assert tg.wait(c).phase is Phase.SUCCEEDED
+        page = tg.list_calls(tool="file.read", page_size=2)
+        assert len(page.calls) == 2 and page.next_page_token
+        assert all(c.tool == "file.read" for c in page.calls)
+        every = list(tg.calls(tool="file.read", phase=Phase.SUCCEEDED))
+        assert {c.id for c in made} <= {c.id for c in every}
+        assert all(c.phase is Phase.SUCCEEDED for c in every)
+
+
+def test_a_denied_call_by_id(server):
+    agent, alice = Client(server, token=AGENT), Client(server, token=REVIEWER)
+    call = agent.propose("test.gated", {"msg": "never"}, task="say it")
+    assert call.waiting_for_approval
+    denied = alice.deny(call.id, comment="not today")
+    assert denied.phase is Phase.DENIED and denied.done

@@ -1,0 +1,1 @@
+"""The toolgate.v1 messages and service stub, generated from proto/ when the package is built."""
