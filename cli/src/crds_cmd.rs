@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::client::out::Format;
 use crate::{out, outln};
 use anyhow::Context;
 
@@ -17,7 +18,16 @@ pub fn render_all() -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-pub fn run(out: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn run(out: Option<&Path>, output: Format) -> anyhow::Result<ExitCode> {
+    if out.is_none() && output == Format::Json {
+        let items = toolgate_crds::all_crds()
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<_>, _>>()
+            .context("serializing a CRD")?;
+        crate::client::out::object(&serde_json::json!({"items": items}), output);
+        return Ok(ExitCode::SUCCESS);
+    }
     let rendered = render_all()?;
     match out {
         None => {

@@ -65,8 +65,11 @@ pub struct EvalArgs {
     /// Fail when more than this share of the read intents is offered a tool that destroys.
     #[arg(long, default_value_t = 1.0)]
     pub max_destructive_on_reads: f64,
-    /// Print the report as JSON.
-    #[arg(long)]
+    /// Output: the report for people (`text`), or as `json` or `yaml` for a bot.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: crate::client::out::Format,
+    /// The same as `-o json`.
+    #[arg(long, hide = true)]
     pub json: bool,
     /// Evaluate at this time (RFC 3339) instead of now (grants' windows).
     #[arg(long)]
@@ -186,12 +189,17 @@ pub fn run(a: &EvalArgs) -> anyhow::Result<ExitCode> {
         max_destructive_on_reads: a.max_destructive_on_reads,
     };
     let failed = failures(&report, &bars, baseline.as_ref(), Some(&bm25));
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
+    let format = if a.json {
+        crate::client::out::Format::Json
+    } else {
+        a.output
+    };
+    if format != crate::client::out::Format::Text {
+        crate::client::out::object(
+            &serde_json::json!({
                 "report": report, "bm25": bm25, "baseline": baseline, "failures": failed,
-            }))?
+            }),
+            format,
         );
     } else {
         print_report(a, &report, &bm25, baseline.as_ref(), &failed);

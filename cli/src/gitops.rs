@@ -94,12 +94,12 @@ pub fn policy_test(dir: &Path, output: Output, now: Option<&str>) -> anyhow::Res
     }
     let failed = all.iter().filter(|(_, r)| !r.passed).count();
     match output {
-        Output::Json => {
+        Output::Json | Output::Yaml => {
             let items: Vec<serde_json::Value> = all
                 .iter()
                 .map(|(file, r)| serde_json::json!({"file": file, "case": r}))
                 .collect();
-            outln!("{}", serde_json::to_string_pretty(&items)?);
+            crate::client::out::object(&serde_json::Value::Array(items), output);
         }
         Output::Text => {
             for (file, r) in &all {

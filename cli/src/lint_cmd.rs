@@ -6,14 +6,8 @@ use std::process::ExitCode;
 
 pub use toolgate_local::manifests::{lint_paths, lint_paths_with, linter};
 
-/// Output format of lint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// One line per problem.
-    Text,
-    /// A JSON array of findings.
-    Json,
-}
+/// Output of lint: a line per problem (`text`), or the findings as `json` or `yaml`.
+pub use crate::client::out::Format;
 
 pub fn run(paths: &[PathBuf], format: Format, review: bool) -> anyhow::Result<ExitCode> {
     let linter = linter()?;
@@ -51,7 +45,7 @@ pub fn run(paths: &[PathBuf], format: Format, review: bool) -> anyhow::Result<Ex
                 report.warnings()
             );
         }
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let items: Vec<serde_json::Value> = report
                 .findings
                 .iter()
@@ -77,9 +71,12 @@ pub fn run(paths: &[PathBuf], format: Format, review: bool) -> anyhow::Result<Ex
                         })
                     })
                     .collect();
-                crate::client::out::json(&serde_json::json!({"findings": items, "review": listed}));
+                crate::client::out::object(
+                    &serde_json::json!({"findings": items, "review": listed}),
+                    format,
+                );
             } else {
-                crate::client::out::json(&serde_json::Value::Array(items));
+                crate::client::out::object(&serde_json::Value::Array(items), format);
             }
         }
     }

@@ -5,16 +5,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod client;
 mod crds_cmd;
 mod demo;
 mod eval_cmd;
 mod gitops;
+mod init_cmd;
 mod lint_cmd;
 mod local_cmd;
 mod mcp_cmd;
+mod mcp_config;
 mod mcp_http;
 mod mcp_serve;
 mod policy_cmds;
@@ -38,6 +40,10 @@ enum Command {
         /// Write `<plural>.toolgate.dev.yaml` files into this folder instead of printing.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Output when printing: YAML documents (`text`, `yaml`), or `{"items": [...]}` as
+        /// `json`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: client::out::Format,
     },
     /// Print a shell completion script for every command and flag: `source <(toolgate
     /// completion bash)`, or save it where the shell loads completions from.
@@ -127,6 +133,9 @@ enum Command {
         /// Compile at this time (RFC 3339) instead of now.
         #[arg(long)]
         now: Option<String>,
+        /// Output: the payload as `json` (also for `text`) or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: policy_cmds::Output,
     },
     /// Run the embedded runtime: manifests from a folder, the gRPC API on loopback, every call
     /// in a Linux sandbox.
@@ -135,6 +144,9 @@ enum Command {
     /// view compiler — precision and recall at k, unsafe exposure, approval trigger rate; exits
     /// 1 under the thresholds or, with --baseline, when a metric got worse.
     Eval(eval_cmd::EvalArgs),
+    /// Scaffold a working namespace in a new folder: two tools, their sandbox policies, a grant
+    /// for one agent, tokens for the agent and a reviewer, a workspace; then print how to run it.
+    Init(init_cmd::InitArgs),
     /// Play "an agent fixes a failing test" through the gRPC API of a fresh embedded runtime.
     Demo {
         /// Keep the demo's temporary folder (store, event logs, artifacts, workspace).
@@ -197,6 +209,10 @@ enum Command {
         /// How far the definitions are believed.
         #[arg(long, value_enum, default_value = "first-party")]
         trust: mcp_cmd::Trust,
+        /// Output: the descriptors as YAML manifests (`text`, `yaml`), or `{"items": [...]}` as
+        /// `json`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: client::out::Format,
     },
 }
 
@@ -237,11 +253,18 @@ enum McpCommand {
         /// The command that starts the server (stdio), run inside each call's sandbox.
         #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
+        /// Output: the descriptors as YAML manifests (`text`, `yaml`), or `{"items": [...]}` as
+        /// `json`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: client::out::Format,
     },
     /// Serve the caller's governed tools to an MCP client over stdio (the client starts
     /// `toolgate mcp serve --server … --token …`): tools/list is the caller's tool view,
     /// tools/call proposes a call through the chain and waits for it, at most --wait-seconds.
     Serve(mcp_serve::ServeArgs),
+    /// Print the configuration snippet an MCP client (Claude Desktop, Claude Code, VS Code,
+    /// Cursor) reads to start `toolgate mcp serve` as one of its servers, and where it goes.
+    Config(mcp_config::ConfigArgs),
 }
 
 #[derive(Subcommand)]
@@ -285,10 +308,86 @@ pub fn init_tracing() {
 
 /// Parse the command line and run the command: one arm per command (its length is the number of
 /// commands; each arm calls the command's own module).
+/// The commands by who runs them, as `toolgate --help` lists them.
+const GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Agents: views and governed calls",
+        &[
+            "view",
+            "call",
+            "get",
+            "list",
+            "watch",
+            "explain",
+            "artifact",
+            "skill",
+            "delegation-token",
+            "complete-delegation",
+        ],
+    ),
+    (
+        "Reviewers: answering for calls",
+        &["approve", "deny", "cancel"],
+    ),
+    (
+        "Platform teams: manifests and policy in Git",
+        &["lint", "check", "diff", "policy", "eval", "import", "mcp"],
+    ),
+    (
+        "Running toolgate",
+        &["init", "local", "demo", "crds", "completion", "reference"],
+    ),
+];
+
+/// What `toolgate --help` ends with.
+const EXAMPLES: &str = "Examples:
+  toolgate local --manifests examples --workspace . --tokens tokens.yaml   # the embedded runtime
+  toolgate view --intent 'read the failing test' --format openai           # what a model may see
+  toolgate call file.read --args '{\"path\": \"src/a.ts\"}' --task 'read it' --watch
+  toolgate approve ID                                                      # as a reviewer
+  toolgate list -o yaml                                                    # any object: -o json|yaml
+  toolgate lint examples/ && toolgate policy test examples/                # in CI
+
+`toolgate COMMAND --help` says more of each; the reference is docs/reference/cli.md.";
+
+/// The command line, its help listing the commands by [`GROUPS`] with [`EXAMPLES`].
+fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let mut listing = String::new();
+    for (title, names) in GROUPS {
+        listing.push_str(&format!("{title}:\n"));
+        for name in *names {
+            let about = cmd
+                .find_subcommand(name)
+                .and_then(clap::Command::get_about)
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            // The first sentence, or its start: a line of the listing.
+            let sentence = about.split(". ").next().unwrap_or_default();
+            let short = match sentence.char_indices().nth(88) {
+                Some((cut, _)) => {
+                    let at = sentence[..cut].rfind(' ').unwrap_or(cut);
+                    format!("{}…", &sentence[..at])
+                }
+                None => sentence.trim_end_matches('.').to_string(),
+            };
+            listing.push_str(&format!("  {name:<20} {short}\n"));
+        }
+        listing.push('\n');
+    }
+    cmd.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}Options:\n{{options}}\n\n{{after-help}}"
+    ))
+    .after_help(EXAMPLES)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
-        Command::Crds { out } => crds_cmd::run(out.as_deref()),
+        Command::Crds { out, output } => crds_cmd::run(out.as_deref(), output),
         Command::Reference { out } => reference::run(&Cli::command(), &out),
         Command::Completion { shell } => {
             // Into a buffer first: the generator panics on a closed pipe, `write_raw` does not.
@@ -329,6 +428,7 @@ fn main() -> ExitCode {
             format,
             explain,
             now,
+            output,
         } => match (manifests, principal) {
             (Some(manifests), Some(principal)) => policy_cmds::view(&policy_cmds::ViewArgs {
                 manifests: &manifests,
@@ -342,20 +442,25 @@ fn main() -> ExitCode {
                 format,
                 explain,
                 now: now.as_deref(),
+                output,
             }),
             _ => policy_cmds::view_remote(
                 &cli.conn,
-                namespace.as_deref(),
-                &intent,
-                action_type,
-                usize::from(max_tools),
-                format,
-                explain,
+                &policy_cmds::RemoteView {
+                    namespace: namespace.as_deref(),
+                    intent: &intent,
+                    action_type,
+                    max_tools: usize::from(max_tools),
+                    format,
+                    explain,
+                    output,
+                },
             ),
         },
         Command::Local(args) => local_cmd::run(&args),
         Command::Eval(args) => eval_cmd::run(&args),
         Command::Demo { keep } => demo::run(keep),
+        Command::Init(args) => init_cmd::run(&args),
         Command::Executor(args) => Ok(toolgate_executor::cli::main(&args)),
         Command::Client(cmd) => client::run(&cli.conn, cmd),
         Command::Diff {
@@ -372,6 +477,7 @@ fn main() -> ExitCode {
             Some(listen) => mcp_http::run(&cli.conn, args, listen),
             None => mcp_serve::run_stdio(&cli.conn, args),
         },
+        Command::Mcp(McpCommand::Config(args)) => mcp_config::run(&cli.conn, &args),
         Command::Import {
             file,
             url_base,
@@ -380,6 +486,7 @@ fn main() -> ExitCode {
             prefix,
             credential_binding,
             trust,
+            output,
         } => mcp_cmd::import(
             &toolgate_review::import::ImportConfig {
                 namespace: &namespace,
@@ -390,6 +497,7 @@ fn main() -> ExitCode {
                 trust: trust.into(),
             },
             &file,
+            output,
         ),
         Command::Mcp(McpCommand::Normalize {
             server,
@@ -402,6 +510,7 @@ fn main() -> ExitCode {
             credential_binding,
             image,
             command,
+            output,
         }) => mcp_cmd::normalize(
             &toolgate_core::mcp::ServerConfig {
                 name: &server,
@@ -415,6 +524,7 @@ fn main() -> ExitCode {
                 version: server_version.as_deref(),
             },
             &file,
+            output,
         ),
     };
     match result {
@@ -422,6 +532,103 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("toolgate: {}", toolgate_client::error_line(e.as_ref()));
             ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Commands that print no object, and why.
+    const PRINT_NO_OBJECT: &[(&str, &str)] = &[
+        ("completion", "a shell script"),
+        ("reference", "writes pages into a folder"),
+        ("local", "runs the embedded runtime"),
+        ("demo", "a story for people"),
+        ("init", "writes a folder and says how to run it"),
+        ("executor", "the sandbox's own entry point"),
+        ("artifact", "an artifact's bytes, as stored"),
+        ("mcp serve", "an MCP server on stdio"),
+    ];
+
+    /// `toolgate --help` lists every command once, in the group of who runs it.
+    #[test]
+    fn help_lists_every_command_once_by_who_runs_it() {
+        let cmd = super::Cli::command();
+        let listed: Vec<&str> = super::GROUPS
+            .iter()
+            .flat_map(|(_, names)| names.iter().copied())
+            .collect();
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let n = listed.iter().filter(|l| **l == sub.get_name()).count();
+            assert_eq!(n, 1, "{} is listed {n} times in GROUPS", sub.get_name());
+        }
+        for name in &listed {
+            assert!(
+                cmd.find_subcommand(name).is_some(),
+                "GROUPS names {name}, no command"
+            );
+        }
+        let help = super::command().render_help().to_string();
+        assert!(
+            help.contains("Reviewers: answering for calls:\n  approve"),
+            "{help}"
+        );
+        assert!(help.contains("Examples:"), "{help}");
+    }
+
+    /// Every command that prints an object takes kubectl's `-o json` and `-o yaml`.
+    #[test]
+    fn every_command_that_prints_an_object_takes_o_json_and_yaml() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let subs: Vec<&clap::Command> = cmd.get_subcommands().collect();
+            if subs.is_empty() {
+                if PRINT_NO_OBJECT.iter().any(|(name, _)| *name == path) {
+                    return;
+                }
+                let output = cmd.get_arguments().find(|a| a.get_id() == "output");
+                let values: Vec<String> = output
+                    .map(|a| {
+                        a.get_possible_values()
+                            .iter()
+                            .map(|v| v.get_name().to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let short = output.and_then(clap::Arg::get_short);
+                if !(values.iter().any(|v| v == "json")
+                    && values.iter().any(|v| v == "yaml")
+                    && short == Some('o'))
+                {
+                    missing.push(format!("{path} (-o: {values:?})"));
+                }
+                return;
+            }
+            for sub in subs {
+                let name = if path.is_empty() {
+                    sub.get_name().to_string()
+                } else {
+                    format!("{path} {}", sub.get_name())
+                };
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "commands without -o json|yaml: {missing:?}"
+        );
+        // The exemptions are commands that exist.
+        for (name, _) in PRINT_NO_OBJECT {
+            let mut cmd = super::Cli::command();
+            for part in name.split(' ') {
+                cmd = cmd
+                    .find_subcommand(part)
+                    .unwrap_or_else(|| panic!("no command {name}"))
+                    .clone();
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::client::out::Format;
 use crate::out;
 use toolgate_core::mcp::{ServerConfig, normalize as normalize_tools, parse_list, to_yaml};
 
@@ -33,8 +34,30 @@ impl From<Trust> for toolgate_crds::TrustLevel {
     }
 }
 
+/// Manifests as they are written for review (`text` and `yaml`: multi-document YAML), or as
+/// `{"items": [...]}` in JSON.
+fn print_manifests(yaml: &str, output: Format) -> anyhow::Result<()> {
+    if output != Format::Json {
+        out!("{yaml}");
+        return Ok(());
+    }
+    let mut items = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(yaml) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            items.push(value);
+        }
+    }
+    crate::client::out::object(&serde_json::json!({"items": items}), output);
+    Ok(())
+}
+
 /// Print the descriptors; refused tools go to stderr with their reason (exit 1).
-pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitCode> {
+pub fn normalize(
+    server: &ServerConfig<'_>,
+    file: &Path,
+    output: Format,
+) -> anyhow::Result<ExitCode> {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => {
@@ -56,10 +79,10 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
         ..*server
     };
     let (normalized, refused) = normalize_tools(server, &tools);
-    out!(
-        "{}",
-        to_yaml(server, &normalized).map_err(anyhow::Error::msg)?
-    );
+    print_manifests(
+        &to_yaml(server, &normalized).map_err(anyhow::Error::msg)?,
+        output,
+    )?;
     for r in &refused {
         eprintln!("toolgate: {}: refused {r}", file.display());
     }
@@ -75,6 +98,7 @@ pub fn normalize(server: &ServerConfig<'_>, file: &Path) -> anyhow::Result<ExitC
 pub fn import(
     config: &toolgate_review::import::ImportConfig<'_>,
     file: &Path,
+    output: Format,
 ) -> anyhow::Result<ExitCode> {
     let parsed = std::fs::read_to_string(file)
         .map_err(|e| e.to_string())
@@ -107,10 +131,10 @@ pub fn import(
         r
     }));
     refused.sort_by_key(|r| r.index);
-    out!(
-        "{}",
-        toolgate_review::import::to_yaml(config, &tools).map_err(anyhow::Error::msg)?
-    );
+    print_manifests(
+        &toolgate_review::import::to_yaml(config, &tools).map_err(anyhow::Error::msg)?,
+        output,
+    )?;
     for r in &refused {
         eprintln!("toolgate: {}: refused {r}", file.display());
     }

@@ -20,14 +20,8 @@ use crate::{out, outln};
 
 use crate::client::exit::{EXIT_APPROVAL, EXIT_BAD_MANIFESTS, EXIT_DENY};
 
-/// Output of the review commands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// For people.
-    Text,
-    /// For programs.
-    Json,
-}
+/// Output of the review commands: for people (`text`), or for programs (`json`, `yaml`).
+pub use crate::client::out::Format as Output;
 
 /// Output of `diff`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,6 +30,8 @@ pub enum DiffOutput {
     Markdown,
     /// For programs.
     Json,
+    /// For programs, as YAML.
+    Yaml,
 }
 
 /// Provider formats of `view`.
@@ -201,12 +197,12 @@ pub fn check(
         ));
     }
     match output {
-        Output::Json => {
+        Output::Json | Output::Yaml => {
             let items: Vec<serde_json::Value> = results
                 .iter()
                 .map(|(ns, name, tool, principal, d)| serde_json::json!({"call": format!("{ns}/{name}"), "tool": tool, "principal": principal, "decision": d}))
                 .collect();
-            outln!("{}", serde_json::to_string_pretty(&items)?);
+            crate::client::out::object(&serde_json::Value::Array(items), output);
         }
         Output::Text => {
             for (ns, name, tool, principal, d) in &results {
@@ -277,6 +273,7 @@ pub struct ViewArgs<'a> {
     pub format: Format,
     pub explain: bool,
     pub now: Option<&'a str>,
+    pub output: Output,
 }
 
 /// `toolgate view`.
@@ -327,28 +324,39 @@ pub fn view(a: &ViewArgs<'_>) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|t| serde_json::json!({"name": t.name, "providerName": t.provider_name, "score": t.score, "approval": t.approval, "reason": t.reason}))
             .collect();
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": view.hidden})
-            )?
+        crate::client::out::object(
+            &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": view.hidden}),
+            a.output,
         );
     } else {
-        outln!("{}", serde_json::to_string_pretty(&tools)?);
+        crate::client::out::object(&tools, a.output);
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `toolgate view` asks a running server for.
+#[derive(Clone, Copy)]
+pub struct RemoteView<'a> {
+    pub namespace: Option<&'a str>,
+    pub intent: &'a str,
+    pub action_type: Option<ActionType>,
+    pub max_tools: usize,
+    pub format: Format,
+    pub explain: bool,
+    pub output: Output,
+}
+
 /// `toolgate view` against a running server, as the authenticated caller.
-pub fn view_remote(
-    conn: &crate::client::Conn,
-    namespace: Option<&str>,
-    intent: &str,
-    action_type: Option<ActionType>,
-    max_tools: usize,
-    format: Format,
-    explain: bool,
-) -> anyhow::Result<ExitCode> {
+pub fn view_remote(conn: &crate::client::Conn, a: &RemoteView<'_>) -> anyhow::Result<ExitCode> {
+    let RemoteView {
+        namespace,
+        intent,
+        action_type,
+        max_tools,
+        format,
+        explain,
+        output,
+    } = *a;
     use toolgate_proto::v1 as pb;
     let format = match format {
         Format::Canonical => pb::ViewFormat::Canonical,
@@ -390,14 +398,12 @@ pub fn view_remote(
                 .iter()
                 .map(|s| serde_json::json!({"name": s.name, "description": s.description, "reason": s.reason, "tools": s.tools}))
                 .collect();
-            outln!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden, "skills": skills})
-                )?
+            crate::client::out::object(
+                &serde_json::json!({"tools": tools, "exposed": exposed, "hidden": hidden, "skills": skills}),
+                output,
             );
         } else {
-            outln!("{}", serde_json::to_string_pretty(&tools)?);
+            crate::client::out::object(&tools, output);
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -442,12 +448,17 @@ pub fn diff(
                 out!("{}", toolgate_review::policy_diff::replay_markdown(*n, r));
             }
         }
-        DiffOutput::Json => {
+        DiffOutput::Json | DiffOutput::Yaml => {
             let mut v = serde_json::json!({"permissions": changes, "rules": rules});
             if let Some((n, r)) = &replayed {
                 v["replay"] = serde_json::json!({"calls": n, "changed": r});
             }
-            outln!("{}", serde_json::to_string_pretty(&v)?);
+            let format = if output == DiffOutput::Yaml {
+                crate::client::out::Format::Yaml
+            } else {
+                crate::client::out::Format::Json
+            };
+            crate::client::out::object(&v, format);
         }
     }
     Ok(ExitCode::SUCCESS)

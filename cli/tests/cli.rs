@@ -628,7 +628,15 @@ fn eval_prints_precision_recall_and_unsafe_exposure_and_catches_a_harmless_looki
         "summary: Show the contents of a file in the workspace, safely.\n    useWhen: [\"showing the contents of a file\", \"reading src files such as serializer.ts\"]",
     );
     let dir = planted.path().to_str().expect("path");
-    let out = toolgate(&["eval", "--manifests", dir, "--prompts", golden, "--json"]);
+    let out = toolgate(&[
+        "eval",
+        "--manifests",
+        dir,
+        "--prompts",
+        golden,
+        "-o",
+        "json",
+    ]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(out.status.code(), Some(0), "{report}");
     let read = report["report"]["prompts"]

@@ -212,6 +212,61 @@ fn the_command_line_client_drives_a_call_through_approval() {
     );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("phase=Succeeded"), "{out}");
+    // kubectl's -o: the same objects for programs, as JSON and as YAML.
+    let (code, out, err) = toolgate(AGENT, &["get", &id, "-o", "yaml"]);
+    assert_eq!(code, Some(0), "{err}");
+    let call: serde_json::Value = serde_norway::from_str(&out).expect("yaml");
+    assert_eq!(call["id"], id.as_str(), "{out}");
+    assert_eq!(call["phase"], "Succeeded");
+    assert_eq!(
+        call["status"]["phase"], "Succeeded",
+        "the whole status: {out}"
+    );
+    let (_, out, _) = toolgate(AGENT, &["list", "--phase", "Succeeded", "-o", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(3), "{out}");
+    let (_, out, _) = toolgate(REVIEWER, &["explain", &id, "-o", "json"]);
+    let explained: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(explained["approvers"][0], "alice@example.com", "{out}");
+    assert_eq!(explained["call"]["id"], id.as_str());
+    // A watch as a stream of documents: a JSON object per line, the last one terminal.
+    let (_, out, _) = toolgate(AGENT, &["watch", &id, "-o", "json"]);
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(
+        events.first().map(|e| e["type"].clone()),
+        Some("ToolCallRequested".into())
+    );
+    assert_eq!(
+        events.last().map(|e| e["terminal"].clone()),
+        Some(true.into())
+    );
+    // `call --watch -o json` prints the call once, as it ended; waiting for a person, as it
+    // stands, the line for people on stderr.
+    let (code, out, err) = toolgate(
+        AGENT,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "src/a.ts"}"#,
+            "--task",
+            "read",
+            "--watch",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let ended: serde_json::Value = serde_json::from_str(&out).expect("one object");
+    assert_eq!(ended["phase"], "Succeeded");
+    let (code, out, err) = gated(&["-o", "yaml"]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    let waiting: serde_json::Value = serde_norway::from_str(&out).expect("yaml");
+    assert_eq!(waiting["phase"], "AwaitingApproval");
+    assert!(err.contains("waiting for approval of"), "{err}");
     let (code, _, err) = toolgate("wrong-token-wrong-token", &["list"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("Unauthenticated"), "{err}");
@@ -689,9 +744,167 @@ spec:
     assert_eq!(code, Some(0), "{out}{err}");
     let (code, out, err) = toolgate(AGENT, &["watch", &id]);
     assert_eq!(code, Some(0), "{out}{err}");
-    let (_, out, _) = toolgate(AGENT, &["get", &id, "-o"]);
+    let (_, out, _) = toolgate(AGENT, &["get", &id, "-o", "json"]);
     assert!(
         out.contains("/tools/book_table") && out.contains("Chez Nous"),
         "{out}"
+    );
+}
+
+/// `toolgate init`, then `toolgate local` on what it wrote, then a call: nothing written by hand.
+#[test]
+fn init_scaffolds_a_namespace_whose_agent_calls_a_tool_with_nothing_written_by_hand() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("ns");
+    let init = |args: &[&str]| {
+        Command::new(toolgate_binary())
+            .arg("init")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .expect("init runs")
+    };
+    let out = init(&["--namespace", "team-z", "--agent", "helper"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("toolgate local --manifests"), "{said}");
+    let mode = |p: &str| {
+        std::fs::metadata(dir.join(p))
+            .expect(p)
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("tokens.yaml"), 0o600);
+    assert_eq!(mode("agent.env"), 0o600);
+    let lint = Command::new(toolgate_binary())
+        .arg("lint")
+        .arg(dir.join("manifests"))
+        .output()
+        .expect("lint");
+    assert!(lint.status.success(), "{lint:?}");
+
+    let mut local = local_command(&dir, &dir.join("data"), &dir.join("workspace"));
+    local.args(["--listen", "127.0.0.1:0"]);
+    let server = Server::spawn(local, None);
+    let env = std::fs::read_to_string(dir.join("agent.env")).expect("agent.env");
+    let token = env
+        .lines()
+        .find_map(|l| l.strip_prefix("TOOLGATE_TOKEN="))
+        .expect("a token");
+    let url = format!("http://{}", server.addr);
+    let toolgate = cli(&url);
+    let (code, out, err) = toolgate(
+        token,
+        &[
+            "call",
+            "file.read",
+            "--args",
+            r#"{"path": "README.md"}"#,
+            "--task",
+            "read the README",
+            "--watch",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("A workspace"), "{out}");
+
+    // Never over what is there; names checked before anything is written.
+    let again = init(&[]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("exists and is not empty"),
+        "{again:?}"
+    );
+    let bad = Command::new(toolgate_binary())
+        .arg("init")
+        .arg(tmp.path().join("other"))
+        .args(["--namespace", "Team_A"])
+        .output()
+        .expect("init runs");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--namespace: expected a DNS label"),
+        "{bad:?}"
+    );
+    assert!(!tmp.path().join("other").exists(), "nothing written");
+}
+
+/// `toolgate mcp config CLIENT` prints what each client reads, the token referenced the way that
+/// client fills it in; the Claude Desktop entry, started as a client starts it (the official
+/// MCP SDK's stdio client, from the file), serves the caller's governed tools.
+#[test]
+fn mcp_config_snippets_start_the_gateway_as_an_mcp_client_does() {
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let config = |client: &str, extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(toolgate_binary())
+            .args(["mcp", "config", client, "--intent", "echo a greeting"])
+            .args(extra)
+            .env("TOOLGATE_SERVER", &url)
+            .env("TOOLGATE_TOKEN", AGENT)
+            .output()
+            .expect("mcp config runs");
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).expect("a JSON snippet")
+    };
+    for client in ["claude-desktop", "claude-code", "cursor"] {
+        let entry = &config(client, &[])["mcpServers"]["toolgate"];
+        assert_eq!(entry["args"][0], "mcp", "{entry}");
+        assert_eq!(entry["args"][3], url.as_str(), "{entry}");
+        assert!(
+            entry["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with('/')),
+            "{entry}"
+        );
+        assert_ne!(
+            entry["env"]["TOOLGATE_TOKEN"], AGENT,
+            "no credential unless asked"
+        );
+    }
+    assert_eq!(
+        config("claude-code", &[])["mcpServers"]["toolgate"]["env"]["TOOLGATE_TOKEN"],
+        "${TOOLGATE_TOKEN}"
+    );
+    let vscode = config("vscode", &[]);
+    assert_eq!(vscode["servers"]["toolgate"]["type"], "stdio");
+    assert_eq!(
+        vscode["servers"]["toolgate"]["env"]["TOOLGATE_TOKEN"],
+        "${input:toolgate-token}"
+    );
+    assert_eq!(vscode["inputs"][0]["password"], true);
+
+    let Some(sdk) = std::env::var_os("TOOLGATE_MCP_SERVERS") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no MCP SDK: CI runs this suite through tests/run.sh, which installs it"
+        );
+        eprintln!("skipping the client half: run tests/run.sh to install the MCP SDK");
+        return;
+    };
+    let file = dir.path().join("claude_desktop_config.json");
+    let desktop = config("claude-desktop", &["--embed-token"]);
+    assert_eq!(
+        desktop["mcpServers"]["toolgate"]["env"]["TOOLGATE_TOKEN"],
+        AGENT
+    );
+    std::fs::write(&file, desktop.to_string()).expect("config file");
+    let out = Command::new(std::path::Path::new(&sdk).join("bin/python"))
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../local/tests/support/mcp_config_client.py"),
+        )
+        .arg(&file)
+        .arg("toolgate")
+        .output()
+        .expect("the MCP client runs");
+    assert!(out.status.success(), "{out:?}");
+    let names: Vec<String> = serde_json::from_slice(&out.stdout).expect("names");
+    assert!(
+        names.iter().any(|n| n == "test.echo") && names.iter().any(|n| n == "toolgate.get_call"),
+        "{names:?}"
     );
 }

@@ -14,6 +14,7 @@ use futures::StreamExt;
 use toolgate_client::{Client, Tls};
 use toolgate_proto::v1 as pb;
 
+use crate::client::out::Format;
 use crate::{out, outln};
 
 /// How to reach the server.
@@ -124,6 +125,68 @@ pub fn call_summary(c: &pb::Call) -> String {
     s
 }
 
+/// A call as `-o json|yaml` prints it: what it is, its args, and its whole status (the ToolCall
+/// object's, the same on both runtimes).
+pub fn call_object(c: &pb::Call) -> serde_json::Value {
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+    serde_json::json!({
+        "id": c.id, "namespace": c.namespace, "tool": c.tool, "toolDigest": c.tool_digest,
+        "principal": c.principal, "argsDigest": c.args_digest, "args": parse(&c.args_json),
+        "phase": c.phase, "decision": c.decision, "riskTier": c.risk_tier,
+        "createdAt": c.created_at, "dryRun": c.dry_run, "parentCall": c.parent_call,
+        "exitCode": c.exit_code, "outputPreview": c.output_preview,
+        "reasons": c.reasons.iter().map(|r| serde_json::json!({"code": r.code, "message": r.message})).collect::<Vec<_>>(),
+        "artifacts": c.artifacts.iter().map(|a| serde_json::json!({
+            "id": a.artifact_id, "kind": a.kind, "uri": a.uri, "contentHash": a.content_hash, "sizeBytes": a.size_bytes,
+        })).collect::<Vec<_>>(),
+        "status": parse(&c.status_json),
+    })
+}
+
+/// An event of a call's causal chain as `-o json|yaml` prints it.
+pub fn event_object(e: &pb::CallEvent) -> serde_json::Value {
+    serde_json::json!({
+        "callId": e.call_id, "sequence": e.sequence, "type": e.r#type, "status": e.status,
+        "reason": e.reason, "message": e.message, "time": e.time, "phase": e.phase,
+        "terminal": e.terminal,
+    })
+}
+
+/// An explanation as `-o json|yaml` prints it.
+pub fn explanation_object(x: &pb::Explanation) -> serde_json::Value {
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+    let split = |text: &str| -> Vec<String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    serde_json::json!({
+        "call": x.call.as_ref().map(call_object),
+        "view": x.view.as_ref().map(|v| serde_json::json!({
+            "exposed": v.exposed.iter().map(|t| serde_json::json!({
+                "name": t.name, "providerName": t.provider_name, "digest": t.digest, "riskTier": t.risk_tier,
+                "needsApproval": t.needs_approval, "reason": t.reason, "grant": t.grant,
+            })).collect::<Vec<_>>(),
+            "hidden": v.hidden.iter().map(|h| serde_json::json!({"name": h.name, "code": h.code, "reason": h.reason})).collect::<Vec<_>>(),
+        })),
+        "events": x.events.iter().map(event_object).collect::<Vec<_>>(),
+        "approvals": split(&x.approval), "approvers": split(&x.approver),
+        "sandboxPolicy": x.sandbox_policy, "credentialBinding": x.credential_binding,
+        "sandbox": parse(&x.sandbox_json), "effects": parse(&x.effects_json), "verifier": parse(&x.verifier_json),
+        "children": x.children,
+    })
+}
+
+/// A call in the form `-o` asks for: its summary as text, else the object.
+fn print_call(c: &pb::Call, format: Format) {
+    match format {
+        Format::Text => outln!("{}", call_summary(c)),
+        other => crate::client::out::object(&call_object(c), other),
+    }
+}
+
 /// What a call's phase means as an exit code, the same codes as `toolgate check`: 0 it runs or
 /// ran, 3 it waits for an approval, 4 it was denied, 1 it failed or was cancelled.
 pub fn phase_exit_code(phase: &str) -> ExitCode {
@@ -186,13 +249,14 @@ enum Watched {
     TimedOut(String),
 }
 
-/// Follow a call's events, printing each, until it ends, it awaits approval while `approval` says
-/// not to wait (any longer), or `timeout` passes.
+/// Follow a call's events, printing each as `events` says (none: silently), until it ends, it
+/// awaits approval while `approval` says not to wait (any longer), or `timeout` passes.
 async fn follow(
     c: &mut Client,
     id: &str,
     approval: Option<Wait>,
     timeout: Option<std::time::Duration>,
+    events: Option<Format>,
 ) -> Result<Watched, tonic::Status> {
     use tokio::time::Instant;
     let r = c.req(pb::WatchCallRequest { id: id.into() });
@@ -214,7 +278,18 @@ async fn follow(
             return Ok(Watched::Ended(last));
         };
         let e = e?;
-        outln!("{}", event_line(&e));
+        match events {
+            Some(Format::Text) => outln!("{}", event_line(&e)),
+            // One document per event: a JSON object per line, or YAML documents.
+            Some(Format::Json) => {
+                crate::client::out::write_raw(format!("{}\n", event_object(&e)).as_bytes())
+            }
+            Some(Format::Yaml) => {
+                crate::client::out::write_raw(b"---\n");
+                crate::client::out::object(&event_object(&e), Format::Yaml);
+            }
+            None => {}
+        }
         if e.phase == "AwaitingApproval" {
             match approval {
                 None => return Ok(Watched::AwaitsApproval),
@@ -292,6 +367,10 @@ pub enum ClientCommand {
         /// With `--watch`: stop watching after DURATION (exit 5; the call goes on).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
+        /// Output: `text` (the call, then each event with `--watch`), or the call as `json` or
+        /// `yaml` (with `--watch`, as it ended or stood when the watch stopped).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Print a skill's instructions (SKILL.md): what to do, not a permission; its scripts run
     /// only as the tools it declares, when a grant allows them.
@@ -301,9 +380,9 @@ pub enum ClientCommand {
         /// Namespace (default: the caller's service-account namespace).
         #[arg(long, default_value = "")]
         namespace: String,
-        /// Print the skill as JSON.
-        #[arg(short = 'o', long)]
-        json: bool,
+        /// Output: `text` (its instructions), or the skill as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Fetch the token a running delegation (a call of a subagent tool) hands its subagent:
     /// once, as the delegation's principal. Prints the token and the handoff as JSON; start the
@@ -311,6 +390,9 @@ pub enum ClientCommand {
     DelegationToken {
         /// The delegation's call id.
         id: String,
+        /// Output: the token and handoff as `json` (also for `text`) or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// As a subagent (TOOLGATE_TOKEN is its delegation token): end the delegation with a
     /// summary and a result.
@@ -327,14 +409,17 @@ pub enum ClientCommand {
         /// Tokens spent (checked against the delegation's maxTokens).
         #[arg(long, default_value_t = 0)]
         tokens_used: u64,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Show a call.
     Get {
         /// Call id.
         id: String,
-        /// Print the whole call as JSON.
-        #[arg(short = 'o', long)]
-        json: bool,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// List calls.
     List {
@@ -347,6 +432,9 @@ pub enum ClientCommand {
         /// Only this tool.
         #[arg(long, default_value = "")]
         tool: String,
+        /// Output: a table (`text`), or `{"items": [calls]}` as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Follow a call's events until it ends.
     Watch {
@@ -355,6 +443,10 @@ pub enum ClientCommand {
         /// Stop watching after DURATION (`30s`, `10m`; exit 5; the call goes on).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
+        /// Output: a line per event (`text`), a JSON object per line (`json`), or a YAML
+        /// document per event (`yaml`).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Approve a call, bound to the args and tool version shown.
     Approve {
@@ -369,6 +461,9 @@ pub enum ClientCommand {
         /// A note.
         #[arg(long, default_value = "")]
         comment: String,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Deny a call.
     Deny {
@@ -377,6 +472,9 @@ pub enum ClientCommand {
         /// Why.
         #[arg(long, default_value = "")]
         comment: String,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Cancel a call.
     Cancel {
@@ -385,11 +483,17 @@ pub enum ClientCommand {
         /// Why.
         #[arg(long, default_value = "")]
         reason: String,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Explain a call: view, decision, approval, sandbox, credential (by name), events.
     Explain {
         /// Call id.
         id: String,
+        /// Output: `text`, or the object as `json` or `yaml`.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Format,
     },
     /// Fetch an artifact's content to stdout (or a file).
     Artifact {
@@ -418,7 +522,7 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let mut c = connect(conn).await?;
         match cmd {
-            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch, wait_approval, timeout } => {
+            ClientCommand::Call { tool, args, action, task, goal, rationale, namespace, idempotency_key, dry_run, watch, wait_approval, timeout, output } => {
                 let call = c
                     .propose(pb::ProposeCallRequest {
                         namespace,
@@ -438,14 +542,18 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     })
                     .await
                     .map_err(status_error)?;
-                outln!("{}", call_summary(&call));
                 if !watch {
+                    print_call(&call, output);
                     return Ok(phase_exit_code(&call.phase));
+                }
+                if output == Format::Text {
+                    outln!("{}", call_summary(&call));
                 }
                 let watched = if call.phase == "AwaitingApproval" && wait_approval.is_none() {
                     Watched::AwaitsApproval
                 } else {
-                    follow(&mut c, &call.id, wait_approval, timeout).await.map_err(status_error)?
+                    let events = (output == Format::Text).then_some(Format::Text);
+                    follow(&mut c, &call.id, wait_approval, timeout, events).await.map_err(status_error)?
                 };
                 let end = match watched {
                     // The last event carries the call as it ended (a server before it did not).
@@ -453,34 +561,40 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     Watched::Ended(None) => c.get(&call.id).await.map_err(status_error)?,
                     stopped => {
                         let (line, code) = stopped_watching(&call.id, &stopped);
-                        outln!("{line}");
+                        if output == Format::Text {
+                            outln!("{line}");
+                        } else {
+                            // The object on stdout, as the call stands; the line for people.
+                            eprintln!("{line}");
+                            print_call(&c.get(&call.id).await.map_err(status_error)?, output);
+                        }
                         return Ok(code);
                     }
                 };
-                outln!("{}", call_summary(&end));
+                print_call(&end, output);
                 return Ok(phase_exit_code(&end.phase));
             }
-            ClientCommand::DelegationToken { id } => {
+            ClientCommand::DelegationToken { id, output } => {
                 let r = c.req(pb::GetDelegationTokenRequest { call_id: id });
                 let d = c.api().get_delegation_token(r).await.map_err(status_error)?.into_inner();
                 let handoff: serde_json::Value = serde_json::from_str(&d.handoff_json).unwrap_or_default();
-                crate::client::out::json(&serde_json::json!({
+                crate::client::out::object(&serde_json::json!({
                     "token": d.token, "expiresAt": d.expires_at, "handoff": handoff,
-                }));
+                }), output);
             }
-            ClientCommand::CompleteDelegation { summary, result, failed, tokens_used } => {
+            ClientCommand::CompleteDelegation { summary, result, failed, tokens_used, output } => {
                 let r = c.req(pb::CompleteDelegationRequest { summary, result_json: result, failed, tokens_used });
                 let call = c.api().complete_delegation(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
+                print_call(&call, output);
             }
-            ClientCommand::Skill { name, namespace, json } => {
+            ClientCommand::Skill { name, namespace, output } => {
                 let r = c.req(pb::GetSkillRequest { namespace, name });
                 let skill = c.api().get_skill(r).await.map_err(status_error)?.into_inner();
-                if json {
-                    crate::client::out::json(&serde_json::json!({
+                if output != Format::Text {
+                    crate::client::out::object(&serde_json::json!({
                         "name": skill.name, "description": skill.description, "instructionsDigest": skill.instructions_digest,
                         "tools": skill.tools, "instructions": skill.instructions,
-                    }));
+                    }), output);
                 } else {
                     outln!("# skill {} ({}): {}
 # its tools: {}
@@ -489,15 +603,10 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                         if skill.tools.is_empty() { "none".to_string() } else { skill.tools.join(", ") }, skill.instructions);
                 }
             }
-            ClientCommand::Get { id, json } => {
+            ClientCommand::Get { id, output } => {
                 let call = c.get(&id).await.map_err(status_error)?;
-                if json {
-                    let status: serde_json::Value = serde_json::from_str(&call.status_json).unwrap_or_default();
-                    crate::client::out::json(&serde_json::json!({
-                        "id": call.id, "namespace": call.namespace, "tool": call.tool, "toolDigest": call.tool_digest,
-                        "principal": call.principal, "argsDigest": call.args_digest, "args": serde_json::from_str::<serde_json::Value>(&call.args_json).unwrap_or_default(),
-                        "status": status,
-                    }));
+                if output != Format::Text {
+                    crate::client::out::object(&call_object(&call), output);
                 } else {
                     outln!("{}", call_summary(&call));
                     for cond in &call.conditions {
@@ -505,48 +614,63 @@ pub fn run(conn: &Conn, cmd: ClientCommand) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            ClientCommand::List { namespace, phase, tool } => {
+            ClientCommand::List { namespace, phase, tool, output } => {
                 let mut token = String::new();
                 let now = jiff::Timestamp::now();
-                outln!("{:<32} {:<22} {:<18} {:<16} {:<6} PRINCIPAL", "ID", "TOOL", "PHASE", "DECISION", "AGE");
+                let mut items = Vec::new();
+                if output == Format::Text {
+                    outln!("{:<32} {:<22} {:<18} {:<16} {:<6} PRINCIPAL", "ID", "TOOL", "PHASE", "DECISION", "AGE");
+                }
                 loop {
                     let r = c.req(pb::ListCallsRequest { namespace: namespace.clone(), phase: phase.clone(), tool: tool.clone(), principal: String::new(), page_size: 100, page_token: token.clone() });
                     let page = c.api().list_calls(r).await.map_err(status_error)?.into_inner();
                     for call in &page.calls {
-                        outln!("{:<32} {:<22} {:<18} {:<16} {:<6} {}", call.id, call.tool, call.phase, call.decision, age(&call.created_at, now), call.principal);
+                        if output == Format::Text {
+                            outln!("{:<32} {:<22} {:<18} {:<16} {:<6} {}", call.id, call.tool, call.phase, call.decision, age(&call.created_at, now), call.principal);
+                        } else {
+                            items.push(call_object(call));
+                        }
                     }
                     if page.next_page_token.is_empty() { break; }
                     token = page.next_page_token;
                 }
+                if output != Format::Text {
+                    crate::client::out::object(&serde_json::json!({"items": items}), output);
+                }
             }
-            ClientCommand::Watch { id, timeout } => {
-                let watched = follow(&mut c, &id, Some(Wait::Forever), timeout).await.map_err(status_error)?;
+            ClientCommand::Watch { id, timeout, output } => {
+                let watched = follow(&mut c, &id, Some(Wait::Forever), timeout, Some(output)).await.map_err(status_error)?;
                 if let Watched::TimedOut(_) = watched {
                     let (line, code) = stopped_watching(&id, &watched);
-                    outln!("{line}");
+                    if output == Format::Text { outln!("{line}"); } else { eprintln!("{line}"); }
                     return Ok(code);
                 }
             }
-            ClientCommand::Approve { id, session, ttl, comment } => {
+            ClientCommand::Approve { id, session, ttl, comment, output } => {
                 let call = c.get(&id).await.map_err(status_error)?;
-                outln!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
-                outln!("  args: {}", call.args_json);
+                if output == Format::Text {
+                    outln!("approving {} ({}) for {}: args {} tool {} risk {}", call.id, call.tool, call.principal, call.args_digest, call.tool_digest, call.risk_tier);
+                    outln!("  args: {}", call.args_json);
+                }
                 let call = c.approve(&call, session, ttl, &comment).await.map_err(status_error)?;
-                outln!("{}", call_summary(&call));
+                print_call(&call, output);
             }
-            ClientCommand::Deny { id, comment } => {
+            ClientCommand::Deny { id, comment, output } => {
                 let r = c.req(pb::DenyCallRequest { id, comment });
                 let call = c.api().deny_call(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
+                print_call(&call, output);
             }
-            ClientCommand::Cancel { id, reason } => {
+            ClientCommand::Cancel { id, reason, output } => {
                 let r = c.req(pb::CancelCallRequest { id, reason });
                 let call = c.api().cancel_call(r).await.map_err(status_error)?.into_inner();
-                outln!("{}", call_summary(&call));
+                print_call(&call, output);
             }
-            ClientCommand::Explain { id } => {
+            ClientCommand::Explain { id, output } => {
                 let x = c.explain(&id).await.map_err(status_error)?;
-                out!("{}", explanation_text(&x));
+                match output {
+                    Format::Text => out!("{}", explanation_text(&x)),
+                    other => crate::client::out::object(&explanation_object(&x), other),
+                }
             }
             ClientCommand::Artifact { call, artifact, out } => {
                 let (data, hash) = c.artifact(&call, &artifact).await.map_err(status_error)?;

@@ -31,6 +31,30 @@ macro_rules! out {
     ($($t:tt)*) => { $crate::client::out::write(format_args!($($t)*)) };
 }
 
+/// How a command prints what it shows (kubectl's `-o`): `text` for people, `json` and `yaml` the
+/// same object for programs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people.
+    #[default]
+    Text,
+    /// The object as JSON.
+    Json,
+    /// The object as YAML.
+    Yaml,
+}
+
+/// A value as JSON or YAML, as `format` says (text is each command's own); JSON for text.
+pub fn object(value: &serde_json::Value, format: Format) {
+    match format {
+        Format::Yaml => {
+            let text = serde_norway::to_string(value).unwrap_or_else(|e| format!("{e}\n"));
+            write_raw(text.as_bytes());
+        }
+        Format::Json | Format::Text => json(value),
+    }
+}
+
 /// A JSON value, pretty, through [`write_raw`].
 pub fn json(value: &serde_json::Value) {
     let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{e}"));
