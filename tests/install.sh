@@ -27,6 +27,26 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'moto[server]==5.*'
 fi
 "$VENV/bin/moto_server" --help >/dev/null 2>&1 || { log "moto_server does not start"; exit 1; }
+# The reference OpenMetrics parser the metrics test reads a scrape with (python3 on PATH is
+# this virtualenv's in the suites).
+if ! "$VENV/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+  log "installing prometheus-client into $VENV (once)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'prometheus-client>=0.20'
+fi
+
+# promtool, Prometheus's checker of rule files and their unit tests: taken from Debian's
+# prometheus package without installing it (no daemon, no dependencies).
+PROMTOOL="$CACHE/promtool/promtool"
+if [ ! -x "$PROMTOOL" ]; then
+  log "extracting promtool from Debian's prometheus package (once)"
+  work="$(mktemp -d)"
+  (cd "$work" && $APT download prometheus >/dev/null 2>&1 \
+     || { $APT update -qq >/dev/null && $APT download prometheus >/dev/null; }) \
+    && dpkg-deb -x "$work"/prometheus_*.deb "$work/x" \
+    && mkdir -p "$CACHE/promtool" && cp "$work/x/usr/bin/promtool" "$PROMTOOL"
+  rm -rf "$work"
+  [ -x "$PROMTOOL" ] || { log "promtool could not be extracted from Debian's prometheus package"; exit 1; }
+fi
 
 if ! command -v etcd >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -95,4 +115,4 @@ fi
 # The test node's runtime (Debian's packages).
 tests/cluster/node/install.sh
 
-echo >&3 "export PATH='$VENV/bin':\"\$PATH\" TOOLGATE_MCP_SERVERS='$MCP_SERVERS' TOOLGATE_MCP_NODE='$MCP_NODE' TOOLGATE_PYCLIENT_VENV='$PYVENV'"
+echo >&3 "export PATH='$VENV/bin':\"\$PATH\" TOOLGATE_MCP_SERVERS='$MCP_SERVERS' TOOLGATE_MCP_NODE='$MCP_NODE' TOOLGATE_PYCLIENT_VENV='$PYVENV' TOOLGATE_PROMTOOL='$PROMTOOL'"

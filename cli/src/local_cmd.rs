@@ -38,8 +38,9 @@ pub struct LocalArgs {
     /// Require client certificates chaining to this CA (PEM): mutual TLS.
     #[arg(long, requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Serve Prometheus `/metrics` here (the operator's metric names: calls by phase, decisions
-    /// by outcome and tier, shadow forbids); off unless given.
+    /// Serve Prometheus `/metrics` here (the operator's call metrics: phases, decisions, shadow
+    /// forbids, durations by tool and outcome, approval waits, starts, calls in flight, build
+    /// info) and `/healthz`, `/livez`, `/readyz`; off unless given.
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Bearer tokens: a YAML list of {token, principal, groups, approverIn, readerIn}, mode 600
@@ -391,7 +392,12 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
         };
         if let Some(listener) = metrics {
             let runtime = started.runtime.clone();
-            let app = axum::Router::new().route(
+            // Served once the runtime has started: its manifests linted and loaded, its store open.
+            let app = axum::Router::new()
+                .route("/healthz", axum::routing::get(|| async { "ok" }))
+                .route("/livez", axum::routing::get(|| async { "ok" }))
+                .route("/readyz", axum::routing::get(|| async { "ok" }))
+                .route(
                 "/metrics",
                 axum::routing::get(move || {
                     let text = runtime.metrics_text();

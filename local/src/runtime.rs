@@ -83,7 +83,7 @@ impl Runtime {
         let (events, _) = broadcast::channel(1024);
         let metrics = toolgate_api::metrics::CallMetrics::default();
         let mut registry = prometheus_client::registry::Registry::with_prefix("toolgate");
-        metrics.register(&mut registry);
+        metrics.register(&mut registry, "local");
         let pool = crate::slot::Pool::new(
             config.warm_sandboxes,
             &crate::slot::staging_folder(&config.data),
@@ -107,8 +107,13 @@ impl Runtime {
         }
     }
 
-    /// The `/metrics` exposition: calls by phase, decisions by outcome and tier, shadow forbids.
+    /// The `/metrics` exposition ([`toolgate_api::metrics`]), the calls in flight counted now.
     pub fn metrics_text(&self) -> String {
+        let running = lock(&self.inner.running).len();
+        self.inner
+            .metrics
+            .in_flight
+            .set(i64::try_from(running).unwrap_or(i64::MAX));
         toolgate_api::metrics::encode(&self.inner.registry)
     }
 
@@ -198,7 +203,7 @@ impl Runtime {
             .map_err(internal)?;
         self.inner
             .metrics
-            .record(&rec.namespace, &rec.status, &steps);
+            .record(&rec.namespace, &rec.spec.tool_ref.name, &rec.status, &steps);
         self.inner
             .config
             .tracer

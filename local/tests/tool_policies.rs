@@ -297,7 +297,9 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// `toolgate local --metrics-addr` serves the operator's metric names.
+/// `toolgate local --metrics-addr` serves the operator's metric names, durations by tool and
+/// outcome, calls in flight, build info and health; promtool accepts the scrape, the chart's
+/// alert rules (and their unit tests) and the dashboard's queries.
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_phases_decisions_and_shadow_forbids() {
     let dir = setup();
@@ -324,16 +326,7 @@ async fn metrics_count_phases_decisions_and_shadow_forbids() {
         .await;
         wait_phase(&mut c, &call.id, &["Succeeded", "Failed", "Denied"]).await;
     }
-    let scrape = || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&metrics_addr).expect("metrics");
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .expect("get");
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("read");
-        text
-    };
-    let text = scrape();
+    let text = scrape_path(&metrics_addr, "/metrics");
     assert!(
         text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"),
         "{text}"
@@ -343,8 +336,176 @@ async fn metrics_count_phases_decisions_and_shadow_forbids() {
         "toolgate_call_phase_transitions_total{phase=\"Denied\"} 1",
         "toolgate_shadow_forbids_total{tool_policy=\"team-a/echo-trial\"} 1",
         "toolgate_call_decisions_total{decision=\"deny\",",
+        // Durations by tool and outcome, the start, calls in flight, the build.
+        "toolgate_call_duration_seconds_count{tool=\"test.echo\",outcome=\"Succeeded\"} 2",
+        "toolgate_call_duration_seconds_count{tool=\"test.echo\",outcome=\"Denied\"} 1",
+        "toolgate_call_duration_seconds_bucket{le=\"0.005\",tool=\"test.echo\",outcome=\"Succeeded\"}",
+        "toolgate_call_start_seconds_count{tool=\"test.echo\"} 2",
+        "toolgate_calls_in_flight 0",
+        "toolgate_build_info{version=\"",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    // A call approved by a person: its wait is timed.
+    let gated = submit(
+        &mut c,
+        "test.gated",
+        serde_json::json!({"msg": "approve me"}),
+        "execute",
+    )
+    .await;
+    c.approve_call(req(REVIEWER, approval_of(&gated)))
+        .await
+        .expect("approved");
+    wait_phase(&mut c, &gated.id, &["Succeeded"]).await;
+    // A tool no descriptor names is no label.
+    let call = submit(&mut c, "no.such-tool-xyz", serde_json::json!({}), "execute").await;
+    wait_phase(&mut c, &call.id, &["Denied", "Failed"]).await;
+    let text = scrape_path(&metrics_addr, "/metrics");
+    assert!(!text.contains("no.such-tool-xyz"), "{text}");
+    assert!(text.contains("tool=\"unregistered\""), "{text}");
+    assert!(
+        text.contains("toolgate_approval_wait_seconds_count{tool=\"test.gated\"} 1"),
+        "{text}"
+    );
+    for health in ["/healthz", "/livez", "/readyz"] {
+        let answer = scrape_path(&metrics_addr, health);
+        assert!(
+            answer.split_whitespace().nth(1) == Some("200") && answer.ends_with("ok"),
+            "{health}: {answer}"
+        );
+    }
+
+    // The scrape, read by the reference OpenMetrics parser (Prometheus's Python client: strict,
+    // `# EOF` included); the chart's alert rules and dashboard by Prometheus's own promtool.
+    let body = text.split("\r\n\r\n").nth(1).expect("a body").to_string();
+    let parsed = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; from prometheus_client.openmetrics.parser import text_string_to_metric_families as p; \
+             print(len(list(p(sys.stdin.read()))))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .output_with_stdin(body.as_bytes());
+    let parser_missing = String::from_utf8_lossy(&parsed.stderr).contains("No module named");
+    if parser_missing {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no OpenMetrics parser: CI runs this suite through tests/run.sh, which installs it"
+        );
+        eprintln!("skipping the OpenMetrics parse: run tests/run.sh to install prometheus-client");
+    } else {
+        assert!(
+            parsed.status.success(),
+            "the scrape is not OpenMetrics: {parsed:?}"
+        );
+    }
+    let Some(promtool) = promtool() else { return };
+    let mut check;
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/toolgate/files");
+    for args in [
+        ["check", "rules", "alerts.yaml"],
+        ["test", "rules", "alerts.test.yaml"],
+    ] {
+        check = std::process::Command::new(&promtool)
+            .args(args)
+            .current_dir(&chart)
+            .output()
+            .expect("promtool");
+        assert!(check.status.success(), "promtool {args:?}: {check:?}");
+    }
+    // Every panel's query parses (as a recording rule) and names metrics a runtime exports.
+    let dashboard: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(chart.join("dashboard.json")).expect("dashboard"))
+            .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(String::from))
+        .collect();
+    assert!(exprs.len() >= 8, "{exprs:?}");
+    let rules: Vec<serde_json::Value> = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, e)| serde_json::json!({"record": format!("dashboard:panel_{i}"), "expr": e}))
+        .collect();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let file = tmp.path().join("panels.yaml");
+    std::fs::write(
+        &file,
+        serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]}).to_string(),
+    )
+    .expect("rules");
+    check = std::process::Command::new(&promtool)
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool");
+    assert!(check.status.success(), "the dashboard's queries: {check:?}");
+    let alerts = std::fs::read_to_string(chart.join("alerts.yaml")).expect("alerts");
+    for text_with_names in exprs.iter().map(String::as_str).chain([alerts.as_str()]) {
+        for name in text_with_names
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("toolgate_"))
+        {
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_count")
+                .trim_end_matches("_sum");
+            assert!(
+                body.contains(family) || family.starts_with("toolgate_reconcile_"),
+                "{name} is in a panel or rule but not exported"
+            );
+        }
+    }
+}
+
+/// Prometheus's promtool (tests/install.sh extracts Debian's), when this run has it.
+fn promtool() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("TOOLGATE_PROMTOOL") {
+        return Some(p.into());
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no promtool: CI runs this suite through tests/run.sh, which installs it"
+    );
+    eprintln!("skipping the promtool checks: run tests/run.sh to install promtool");
+    None
+}
+
+/// `GET path` on `addr`: the whole HTTP answer.
+fn scrape_path(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .expect("get");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    text
+}
+
+/// Run with `input` on stdin.
+trait OutputWithStdin {
+    fn output_with_stdin(&mut self, input: &[u8]) -> std::process::Output;
+}
+
+impl OutputWithStdin for std::process::Command {
+    fn output_with_stdin(&mut self, input: &[u8]) -> std::process::Output {
+        use std::io::Write;
+        let mut child = self
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write");
+        child.wait_with_output().expect("wait")
     }
 }
 

@@ -36,13 +36,15 @@ pub struct Metrics {
     /// Reconcile errors by category.
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     registry: Registry,
+    /// Counts the calls running now, once the ToolCall controller has its cache.
+    running: std::sync::OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("toolgate");
         let calls = toolgate_api::metrics::CallMetrics::default();
-        calls.register(&mut registry);
+        calls.register(&mut registry, "operator");
         let reconcile_seconds = Family::<ReconcileLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
@@ -62,14 +64,25 @@ impl Default for Metrics {
             reconcile_seconds,
             reconcile_errors,
             registry,
+            running: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl Metrics {
-    /// The text exposition.
+    /// The text exposition, the calls in flight counted now.
     pub fn encode(&self) -> String {
+        if let Some(running) = self.running.get() {
+            self.calls
+                .in_flight
+                .set(i64::try_from(running()).unwrap_or(i64::MAX));
+        }
         toolgate_api::metrics::encode(&self.registry)
+    }
+
+    /// Count the calls in flight with `running` (the ToolCall cache's Running calls) when scraped.
+    pub fn count_running_with(&self, running: impl Fn() -> usize + Send + Sync + 'static) {
+        let _ = self.running.set(Box::new(running));
     }
 
     /// Time a reconcile.

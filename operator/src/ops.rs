@@ -76,6 +76,7 @@ pub async fn serve(addr: std::net::SocketAddr, metrics: Arc<Metrics>, health: Ar
             }),
         )
         .route("/livez", get(|| async { "ok" }))
+        .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {

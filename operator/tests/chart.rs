@@ -422,3 +422,49 @@ fn the_chart_checks_its_values_and_has_what_an_operator_chart_needs() {
         assert!(notes.contains(want), "{want:?} in NOTES:\n{notes}");
     }
 }
+
+/// With `prometheusRule.enabled` and `grafanaDashboard.enabled` the chart carries exactly the
+/// alert rules and dashboard the metrics suite checks with promtool (files/).
+#[test]
+fn the_chart_ships_the_alert_rules_and_dashboard_the_suite_checks() {
+    let files = root().join("charts/toolgate/files");
+    let rule = documents(&helm_template(&[
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.labels.release=kube-prometheus-stack",
+        "--show-only",
+        "templates/prometheusrule.yaml",
+    ]));
+    let alerts: serde_json::Value = serde_norway::from_str(
+        &std::fs::read_to_string(files.join("alerts.yaml")).expect("alerts.yaml"),
+    )
+    .expect("alerts.yaml is YAML");
+    assert_eq!(rule[0]["kind"], "PrometheusRule");
+    assert_eq!(
+        rule[0]["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(rule[0]["spec"]["groups"], alerts["groups"]);
+    let dashboard = documents(&helm_template(&[
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--show-only",
+        "templates/grafana-dashboard.yaml",
+    ]));
+    assert_eq!(dashboard[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+    let carried: serde_json::Value = serde_json::from_str(
+        dashboard[0]["data"]["toolgate.json"]
+            .as_str()
+            .expect("the dashboard"),
+    )
+    .expect("JSON");
+    let file: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(files.join("dashboard.json")).expect("dashboard.json"),
+    )
+    .expect("JSON");
+    assert_eq!(carried, file);
+    // Off by default.
+    let defaults = helm_template(&[]);
+    assert!(!defaults.contains("kind: PrometheusRule") && !defaults.contains("grafana_dashboard"));
+}

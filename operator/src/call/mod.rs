@@ -362,6 +362,20 @@ pub async fn run(
     let store = controller.store();
     let by_descriptor = store.clone();
     crate::ops::ready_when_synced(health, store.clone(), cache.clone());
+    let running = store.clone();
+    metrics.count_running_with(move || {
+        running
+            .state()
+            .iter()
+            .filter(|c| {
+                c.0.as_ref()
+                    .ok()
+                    .and_then(|t| t.status.as_ref())
+                    .and_then(|s| s.phase)
+                    == Some(toolgate_crds::CallPhase::Running)
+            })
+            .count()
+    });
     let recorder = crate::kit::recorder(&client);
     // The calls' pods, kept in a store the reconciles read: each change is applied to the store
     // before it triggers the call's reconcile, so the reconcile sees it.

@@ -68,7 +68,7 @@ impl Context {
             }
             Err(e) => return Err(kube_error("patching the call's status")(e)),
         }
-        self.count(&ns, status, steps);
+        self.count(&ns, &call.spec.tool_ref.name, status, steps);
         self.config
             .tracer
             .record(&super::traced(call), status, steps, began);
@@ -205,8 +205,8 @@ impl Context {
     }
 
     /// Phase transitions, decisions and shadow forbids, by bounded labels.
-    fn count(&self, ns: &str, status: &ToolCallStatus, steps: &[Step]) {
-        self.metrics.calls.record(ns, status, steps);
+    fn count(&self, ns: &str, tool: &str, status: &ToolCallStatus, steps: &[Step]) {
+        self.metrics.calls.record(ns, tool, status, steps);
     }
 }
 
