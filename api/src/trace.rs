@@ -1,7 +1,10 @@
 //! OpenTelemetry traces of calls, written once for both runtimes: a span per call (`execute_tool
-//! <tool>`, after the OTel GenAI conventions) under the span the agent sent in `traceparent`, and
-//! a child span per recorded step of the causal chain. Attributes carry names, tiers, decisions
-//! and reason codes — never argument values, messages or credentials.
+//! <tool>`, after the OTel GenAI conventions) under the span the agent sent in `traceparent`, a
+//! child span per recorded step of the causal chain, and two that last as long as what they name:
+//! `toolgate.decide` (from the proposal to the policy's decision) and `toolgate.sandbox.run`
+//! (from the executor's start to its end), timed from the call's condition times. Attributes
+//! carry names, tiers, decisions and reason codes — never argument values, messages or
+//! credentials.
 //!
 //! A call's span ids are derived from its uid, so every replica and every restart of a runtime
 //! names the same span without storing it; what a runtime keeps is only the agent's
@@ -25,6 +28,7 @@ use opentelemetry_sdk::trace::{
 };
 use sha2::{Digest, Sha256};
 use toolgate_core::lifecycle::{Step, is_terminal, phase_name};
+use toolgate_crds::conditions::{FINISHED, POLICY_CHECKED, STARTED, TOOL_CALL_REQUESTED};
 use toolgate_crds::{ConditionStatus, ToolCallStatus};
 
 /// The annotation a ToolCall carries its agent's W3C `traceparent` in (a `kubectl apply` may set
@@ -168,6 +172,9 @@ impl CallTracer {
                 status,
             ));
         }
+        for span in timed_spans(call, &ids, status, steps, now) {
+            processor.on_end(span);
+        }
         let ended = steps
             .iter()
             .any(|s| s.phase.is_some_and(|p| is_terminal(Some(p))))
@@ -176,6 +183,76 @@ impl CallTracer {
             processor.on_end(call_span(call, &ids, status, steps, now));
         }
     }
+}
+
+/// The spans that last as long as what they name, for the steps that end it: the decision
+/// (`PolicyChecked`: since the proposal) and the sandbox's run (`Finished`: since `Started`).
+fn timed_spans(
+    call: &TracedCall<'_>,
+    ids: &CallIds,
+    status: &ToolCallStatus,
+    steps: &[Step],
+    now: SystemTime,
+) -> Vec<SpanData> {
+    let since = |kind: &str| {
+        status.conditions.iter().find(|c| c.type_ == kind).map(|c| {
+            SystemTime::try_from(c.last_transition_time.0)
+                .unwrap_or(now)
+                .min(now)
+        })
+    };
+    let mut out = Vec::new();
+    for step in steps {
+        let (name, from, mut attributes) = match step.kind {
+            POLICY_CHECKED => {
+                let mut a = Vec::new();
+                if let Some(auth) = &status.authorization {
+                    a.push(KeyValue::new(
+                        "toolgate.risk_tier",
+                        auth.risk_tier.to_string(),
+                    ));
+                    if let Some(d) = serde_json::to_value(auth.decision)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                    {
+                        a.push(KeyValue::new("toolgate.decision", d));
+                    }
+                }
+                ("toolgate.decide", since(TOOL_CALL_REQUESTED), a)
+            }
+            FINISHED => {
+                let mut a = Vec::new();
+                if let Some(code) = status.result.as_ref().and_then(|r| r.exit_code) {
+                    a.push(KeyValue::new("process.exit.code", i64::from(code)));
+                }
+                ("toolgate.sandbox.run", since(STARTED), a)
+            }
+            _ => continue,
+        };
+        let Some(from) = from else { continue };
+        attributes.push(KeyValue::new("gen_ai.tool.call.id", call.name.to_string()));
+        let span_status = if step.status == ConditionStatus::False {
+            Status::error(step.reason.clone())
+        } else {
+            Status::Unset
+        };
+        let context = ids.call_context();
+        out.push(span(
+            SpanContext::new(
+                ids.trace,
+                RandomIdGenerator::default().new_span_id(),
+                context.trace_flags(),
+                false,
+                context.trace_state().clone(),
+            ),
+            (ids.call, false),
+            name.to_string(),
+            (from, now),
+            attributes,
+            span_status,
+        ));
+    }
+    out
 }
 
 fn call_span(

@@ -137,12 +137,10 @@ fn demo_manifests(dir: &Path, tracker: &str) -> anyhow::Result<()> {
                 "https://api.github.com/repos/",
                 &format!("http://{tracker}/repos/"),
             ),
-            "sandbox-policies.yaml" => text
-                .replace(
-                    "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
-                    &format!("allowDomains: [\"{tracker}\"]\n    denyPrivateNetworks: false"),
-                )
-                .replace("  runtimeClassName: gvisor\n", ""),
+            "sandbox-policies.yaml" => text.replace(
+                "allowDomains: [api.github.com]\n    denyPrivateNetworks: true",
+                &format!("allowDomains: [\"{tracker}\"]\n    denyPrivateNetworks: false"),
+            ),
             _ => (*text).to_string(),
         };
         std::fs::write(&path, text)?;

@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// without a known token gets 401). Loopback only: tokens must not cross a network in clear.
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
+    /// With `--listen`: a request that sends no `Authorization` acts as the command line's
+    /// token (`--token`, `TOOLGATE_TOKEN`) — one principal on loopback, for MCP clients that
+    /// cannot send a header (the conformance runner, the Inspector's CLI).
+    #[arg(long, requires = "listen")]
+    pub single_principal: bool,
 }
 
 /// What the gateway needs to propose a call of a tool in the view.
@@ -65,8 +70,12 @@ struct Entry {
 }
 
 pub(crate) struct Gateway {
-    /// The connection to the API (with the command line's token on stdio).
-    base: Client,
+    /// The connection to the API (with the command line's token on stdio), or why there is none
+    /// yet (no token, the server down): said to the MCP client as each request's error, and
+    /// connected again at the next request.
+    base: tokio::sync::Mutex<Result<Client, String>>,
+    /// How to connect again on stdio.
+    conn: Option<Conn>,
     /// Whether callers are named per request (streamable HTTP) rather than by `base`.
     http: bool,
     args: ServeArgs,
@@ -80,8 +89,12 @@ pub fn run_stdio(conn: &Conn, args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = crate::client::connect(conn).await?;
-        let gateway = Gateway::new(client, false, args);
+        // Serve even when the API cannot be reached or no token was given: the MCP client
+        // then shows why with each request, rather than a closed connection.
+        let client = crate::client::connect(conn)
+            .await
+            .map_err(|e| toolgate_client::error_line(e.as_ref()));
+        let gateway = Gateway::new(client, Some(conn.clone()), false, args);
         let service = gateway
             .serve(rmcp::transport::stdio())
             .await
@@ -113,9 +126,15 @@ fn internal(what: &str, e: impl std::fmt::Display) -> McpError {
 }
 
 impl Gateway {
-    pub(crate) fn new(base: Client, http: bool, args: ServeArgs) -> Gateway {
+    pub(crate) fn new(
+        base: Result<Client, String>,
+        conn: Option<Conn>,
+        http: bool,
+        args: ServeArgs,
+    ) -> Gateway {
         Gateway {
-            base,
+            base: tokio::sync::Mutex::new(base),
+            conn,
             http,
             args,
             entries: tokio::sync::Mutex::new(HashMap::new()),
@@ -123,17 +142,30 @@ impl Gateway {
     }
 
     /// The API client acting as this request's caller: the bearer token of its HTTP request
-    /// (checked before it got here), or the command line's.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Client {
+    /// (checked before it got here), or the command line's. Without a connection yet, one is
+    /// tried again; failing, the MCP client is told why (an error it shows, with the fix).
+    async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Client, McpError> {
+        let mut base = self.base.lock().await;
+        if let (Err(_), Some(conn)) = (&*base, &self.conn) {
+            *base = crate::client::connect(conn)
+                .await
+                .map_err(|e| toolgate_client::error_line(e.as_ref()));
+        }
+        let base = base.as_ref().map_err(|why| {
+            McpError::internal_error(
+                format!("toolgate cannot serve this client: {why} (the MCP client's configuration gives `toolgate mcp serve` its --server and TOOLGATE_TOKEN)"),
+                None,
+            )
+        })?;
         if !self.http {
-            return self.base.clone();
+            return Ok(base.clone());
         }
         let token = context
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|p| bearer(&p.headers))
             .unwrap_or_default();
-        self.base.with_token(&token)
+        Ok(base.with_token(&token))
     }
 
     /// The caller's view, as MCP tools; remembers how to propose each.
@@ -190,8 +222,8 @@ impl Gateway {
             serde_json::from_value(json!({
                 "name": GET_CALL,
                 "description": "The state of a call proposed earlier through toolgate (one that waited for a human approval, or was still running): its phase, and its result once it ended.",
-                "inputSchema": {"type": "object", "additionalProperties": false, "required": ["id"],
-                                "properties": {"id": {"type": "string", "description": "The call id toolgate answered with."}}},
+                "inputSchema": {"type": "object", "additionalProperties": false, "required": ["callId"],
+                                "properties": {"callId": {"type": "string", "description": "The call id toolgate answered with (structuredContent.callId)."}}},
                 "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
             }))
             .map_err(|e| internal("a tool", e))?,
@@ -350,7 +382,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut c = self.caller(&context);
+        let mut c = self.caller(&context).await?;
         Ok(ListToolsResult::with_all_items(self.view(&mut c).await?))
     }
 
@@ -359,7 +391,7 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let mut c = self.caller(&context);
+        let mut c = self.caller(&context).await?;
         let name = request.name.to_string();
         // The MCP client's trace context (`_meta.traceparent`): the call joins its trace.
         let traceparent = request
@@ -370,9 +402,10 @@ impl ServerHandler for Gateway {
             .map(str::to_string);
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         if name == GET_CALL {
-            let Some(id) = args["id"].as_str() else {
+            // `callId`, as a waiting call's answer names it (`id` is still taken).
+            let Some(id) = args["callId"].as_str().or_else(|| args["id"].as_str()) else {
                 return Ok(CallToolResult::error(vec![text(
-                    "id: expected the call id toolgate answered with, found none",
+                    "callId: expected the call id toolgate answered with (structuredContent.callId), found none",
                 )])
                 .into());
             };

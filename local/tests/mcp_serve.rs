@@ -93,6 +93,11 @@ impl Drop for HttpGateway {
 }
 
 fn http_gateway(server: &Server) -> HttpGateway {
+    http_gateway_with(server, &[])
+}
+
+/// [`http_gateway`] with more arguments (a `--token`, `--single-principal`).
+fn http_gateway_with(server: &Server, extra: &[&str]) -> HttpGateway {
     let mut child = Command::new(toolgate_binary())
         .args(["--server", &format!("http://{}", server.addr)])
         .args([
@@ -104,6 +109,7 @@ fn http_gateway(server: &Server) -> HttpGateway {
             "echo a greeting message to the user",
         ])
         .args(["--wait-seconds", "20"])
+        .args(extra)
         .env_remove("TOOLGATE_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -316,4 +322,73 @@ async fn streamable_http_refuses_requests_without_a_known_token() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not a loopback address"), "{err}");
+}
+
+/// An MCP client that cannot send a header (the conformance runner, the Inspector's CLI) reaches
+/// `mcp serve --listen --single-principal` as the command line's token; on stdio, a missing
+/// token is an error the client shows, with the fix, not a closed connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_without_a_header_or_a_token_are_served_or_told_why() {
+    let Some(python) = python() else { return };
+    let dir = setup();
+    let server = Server::start(dir.path());
+    let url = format!("http://{}", server.addr);
+    let gateway = http_gateway_with(&server, &["--token", AGENT, "--single-principal"]);
+    let listed = Command::new(&python)
+        .arg(script("list_tools.py"))
+        .arg(&gateway.url)
+        .env_remove("MCP_BEARER")
+        .output()
+        .expect("list_tools.py");
+    assert!(listed.status.success(), "{listed:?}");
+    let tools: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert!(
+        tools["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .any(|t| t["name"] == "test.echo"),
+        "{tools}"
+    );
+
+    // stdio, started as an MCP client starts a server (no TOOLGATE_TOKEN in its environment).
+    let told = Command::new(&python)
+        .arg(script("list_tools.py"))
+        .args([
+            "--",
+            &toolgate_binary().display().to_string(),
+            "--server",
+            &url,
+            "mcp",
+            "serve",
+        ])
+        .env_remove("TOOLGATE_TOKEN")
+        .output()
+        .expect("list_tools.py");
+    let said = String::from_utf8_lossy(&told.stderr);
+    assert!(!told.status.success());
+    assert!(
+        said.contains("toolgate cannot serve this client")
+            && said.contains("no token: pass --token or set TOOLGATE_TOKEN"),
+        "{said}"
+    );
+    assert!(!said.contains("Connection closed"), "{said}");
+    // A server that cannot be reached says so the same way.
+    let down = Command::new(&python)
+        .arg(script("list_tools.py"))
+        .args([
+            "--",
+            &toolgate_binary().display().to_string(),
+            "--server",
+            "http://127.0.0.1:9",
+            "--token",
+            AGENT,
+            "mcp",
+            "serve",
+        ])
+        .output()
+        .expect("list_tools.py");
+    let said = String::from_utf8_lossy(&down.stderr);
+    assert!(!down.status.success());
+    assert!(said.contains("toolgate cannot serve this client"), "{said}");
 }

@@ -28,8 +28,9 @@ fn traced_setup() -> tempfile::TempDir {
     std::fs::write(m.join("test-grant.yaml"), grant).expect("grant");
     std::fs::write(
         m.join("tools/test-traceparent.yaml"),
+        // A second of work first: the sandbox's run span must be at least that long.
         Tool::test("test.traceparent")
-            .argv("[printenv, TRACEPARENT]")
+            .argv("[sh, -c, \"sleep 1; printenv TRACEPARENT\"]")
             .yaml("team-a"),
     )
     .expect("tool");
@@ -111,6 +112,25 @@ async fn a_calls_spans_arrive_under_the_agents_span_and_its_context_reaches_the_
         assert_eq!(s.parent.as_deref(), Some(root.span_id.as_str()), "{s:#?}");
         assert_eq!(s.tag("gen_ai.tool.call.id"), Some(call.id.as_str()));
     }
+    // The decision and the sandbox's run, each a span as long as it took, under the call's.
+    for name in ["toolgate.decide", "toolgate.sandbox.run"] {
+        let s = named(&spans, name).unwrap_or_else(|| panic!("no {name} span in {spans:#?}"));
+        assert_eq!(s.parent.as_deref(), Some(root.span_id.as_str()), "{s:#?}");
+        assert!(s.duration <= root.duration, "{s:#?} within {root:#?}");
+    }
+    let run = named(&spans, "toolgate.sandbox.run").expect("run");
+    assert!(
+        run.duration >= std::time::Duration::from_secs(1),
+        "as long as the tool ran: {run:#?}"
+    );
+    assert_eq!(
+        named(&spans, "toolgate.decide").and_then(|s| s.tag("toolgate.decision")),
+        Some("allow")
+    );
+    assert_eq!(
+        named(&spans, "toolgate.sandbox.run").and_then(|s| s.tag("process.exit.code")),
+        Some("0")
+    );
     // The tool's process got the call's context: the agent's trace, the call's span.
     let out = &done.output_preview;
     assert!(

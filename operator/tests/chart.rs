@@ -468,3 +468,80 @@ fn the_chart_ships_the_alert_rules_and_dashboard_the_suite_checks() {
     let defaults = helm_template(&[]);
     assert!(!defaults.contains("kind: PrometheusRule") && !defaults.contains("grafana_dashboard"));
 }
+
+/// The examples are a kustomize base (`kubectl apply -k examples`) naming every manifest
+/// `toolgate local --manifests examples` reads (calls/ aside: what agents create), and their
+/// cluster overlay changes one thing only: the GitHub API's policy runs under gVisor, which the
+/// embedded runtime refuses rather than run weaker.
+#[test]
+fn the_examples_build_with_kustomize_and_the_cluster_overlay_adds_only_gvisor() {
+    if !have_cluster() {
+        return;
+    }
+    let build = |dir: &str| -> Vec<serde_json::Value> {
+        let (built, out, err) = kubectl(
+            &["kustomize", &root().join(dir).display().to_string()],
+            None,
+        );
+        assert!(built, "kubectl kustomize {dir}: {err}");
+        documents(&out)
+    };
+    let key = |d: &serde_json::Value| {
+        format!(
+            "{}/{}/{}",
+            d["kind"].as_str().unwrap_or_default(),
+            d["metadata"]["namespace"].as_str().unwrap_or_default(),
+            d["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    };
+    // What the embedded runtime reads: every manifest under examples/ but calls/, skill folders
+    // (their Skill object names them) and the kustomization file.
+    let mut files = Vec::new();
+    let mut stack = vec![root().join("examples")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("examples").flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !["calls", "cluster"].contains(&name.as_str())
+                    && !path.join("SKILL.md").is_file()
+                {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".yaml")
+                && name != "kustomization.yaml"
+                && !name.ends_with(".policytest.yaml")
+            {
+                files.extend(documents(&std::fs::read_to_string(&path).expect("a file")));
+            }
+        }
+    }
+    let mut read: Vec<String> = files.iter().map(key).collect();
+    read.sort();
+    let base = build("examples");
+    let mut built: Vec<String> = base.iter().map(key).collect();
+    built.sort();
+    assert_eq!(
+        built, read,
+        "examples/kustomization.yaml names what toolgate local reads"
+    );
+    let overlay = build("examples-cluster");
+    let mut changed = Vec::new();
+    for o in &overlay {
+        let b = base
+            .iter()
+            .find(|b| key(b) == key(o))
+            .expect("the same objects");
+        if b != o {
+            changed.push(key(o));
+            assert_eq!(o["spec"]["runtimeClassName"], "gvisor", "{o}");
+            let mut without = o.clone();
+            without["spec"]
+                .as_object_mut()
+                .expect("spec")
+                .remove("runtimeClassName");
+            assert_eq!(&without, b, "the overlay changes the runtime class only");
+        }
+    }
+    assert_eq!(changed, ["SandboxPolicy/team-a/github-api"]);
+}

@@ -50,6 +50,8 @@ pub struct Span {
     pub tags: Vec<(String, String)>,
     /// The service that sent it.
     pub service: String,
+    /// How long it lasted.
+    pub duration: Duration,
 }
 
 impl Span {
@@ -192,6 +194,7 @@ exporters:
                         .map(|t| (text(&t["key"]), text(&t["value"])))
                         .collect(),
                     service,
+                    duration: Duration::from_micros(s["duration"].as_u64().unwrap_or_default()),
                 });
             }
         }

@@ -224,8 +224,10 @@ pub fn manifests(path: &str, ns: &str) -> String {
                     stack.push(p);
                 }
             } else if p.extension().is_some_and(|x| x == "yaml")
-                // Policy test tables (`toolgate policy test`) are not objects.
+                // Policy test tables (`toolgate policy test`) and kustomize's build files are
+                // not objects.
                 && !p.to_string_lossy().ends_with(".policytest.yaml")
+                && !p.ends_with("kustomization.yaml")
             {
                 files.push(p);
             }

@@ -39,7 +39,7 @@ async function main() {
   await lines.next(); // the test approved the call
   let got;
   for (let i = 0; i < 300; i++) {
-    got = await client.callTool({ name: "toolgate.get_call", arguments: { id: gated.structuredContent.callId } });
+    got = await client.callTool({ name: "toolgate.get_call", arguments: { callId: gated.structuredContent.callId } });
     const phase = (got.structuredContent || {}).phase;
     if (!["AwaitingApproval", "Authorized", "Running"].includes(phase)) break;
     await new Promise((r) => setTimeout(r, 100));

@@ -61,7 +61,7 @@ async def main():
             sys.stdin.readline()  # the test approved the call
             got = None
             for _ in range(300):
-                got = await session.call_tool("toolgate.get_call", {"id": structured(gated)["callId"]})
+                got = await session.call_tool("toolgate.get_call", {"callId": structured(gated)["callId"]})
                 phase = (structured(got) or {}).get("phase")
                 if phase not in ("AwaitingApproval", "Authorized", "Running"):
                     break
