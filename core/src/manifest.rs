@@ -57,6 +57,18 @@ pub struct Meta {
 /// loaders skip these files, which hold cases, not objects.
 pub const POLICY_TEST_SUFFIX: &str = ".policytest.yaml";
 
+/// Whether a file under a manifests folder holds objects: a `.yaml`/`.yml` file that is neither a
+/// policy test table nor kustomize's build file (`kustomization.yaml`, for `kubectl apply -k`:
+/// the objects it names are read from their own files).
+pub fn is_manifest_file(path: &std::path::Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    (name.ends_with(".yaml") || name.ends_with(".yml"))
+        && !name.ends_with(POLICY_TEST_SUFFIX)
+        && !matches!(name, "kustomization.yaml" | "kustomization.yml")
+}
+
 /// The namespace a manifest without one is applied to.
 pub const DEFAULT_NAMESPACE: &str = "default";
 

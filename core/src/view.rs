@@ -649,7 +649,7 @@ fn model_description(t: &ExposedTool) -> String {
     }
     match t.confirmation {
         Some(StrongConfirmation::DryRun) => s.push_str(
-            "\nFirst propose the same call with dryRun: true; the real call runs only after that dry run succeeded and a human approved.",
+            "\nFirst propose the same call as a dry run (`dry_run` in the API, `--dry-run` on the command line); the real call runs only after that dry run succeeded and a human approved.",
         ),
         Some(StrongConfirmation::SecondApprover) => {
             s.push_str("\nTwo different humans must approve each call.")

@@ -46,7 +46,7 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
                     // its Skill manifest reads it.
                     if path.is_dir() && !path.join(toolgate_core::skill::SKILL_FILE).is_file() {
                         stack.push(path);
-                    } else if is_yaml(&path) && !is_policy_test(&path) && !is_kustomization(&path) {
+                    } else if toolgate_core::manifest::is_manifest_file(&path) {
                         files.push(path);
                     }
                 }
@@ -62,26 +62,6 @@ pub fn collect_files(paths: &[PathBuf], findings: &mut Vec<Finding>) -> Vec<Path
     let mut seen = std::collections::BTreeSet::new();
     files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     files
-}
-
-/// A policy test table (`toolgate policy test`), not a manifest.
-fn is_policy_test(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(toolgate_core::manifest::POLICY_TEST_SUFFIX))
-}
-
-/// A kustomize build file (`kubectl apply -k`), not a manifest: the objects it names are read
-/// from their own files.
-fn is_kustomization(p: &Path) -> bool {
-    matches!(
-        p.file_name().and_then(|n| n.to_str()),
-        Some("kustomization.yaml" | "kustomization.yml")
-    )
-}
-
-fn is_yaml(p: &Path) -> bool {
-    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
 }
 
 fn io_finding(p: &Path, message: String) -> Finding {

@@ -79,7 +79,9 @@ async fn view_confirmation(
     assert!(tool.needs_approval);
     assert!(
         view.payload_json.contains("Two different humans")
-            || view.payload_json.contains("dryRun: true"),
+            || view
+                .payload_json
+                .contains("as a dry run (`dry_run` in the API, `--dry-run` on the command line)"),
         "the model is told: {}",
         view.payload_json
     );

@@ -50,11 +50,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
                 if !p.join(toolgate_core::skill::SKILL_FILE).is_file() {
                     stack.push(p);
                 }
-            } else if p.extension().is_some_and(|e| e == "yaml")
-                && !p
-                    .to_string_lossy()
-                    .ends_with(toolgate_core::manifest::POLICY_TEST_SUFFIX)
-            {
+            } else if toolgate_core::manifest::is_manifest_file(&p) {
                 files.push(p);
             }
         }
