@@ -220,11 +220,8 @@ impl CallMetrics {
             "unregistered"
         };
         let since = |kind: &str| {
-            status.conditions.iter().find(|c| c.type_ == kind).map(|c| {
-                now.duration_since(c.last_transition_time.0)
-                    .as_secs_f64()
-                    .max(0.0)
-            })
+            toolgate_crds::conditions::transition_time(&status.conditions, kind)
+                .map(|t| now.duration_since(t).as_secs_f64().max(0.0))
         };
         let tool_labels = || ToolLabels { tool: tool.into() };
         for s in steps {

@@ -195,11 +195,8 @@ fn timed_spans(
     now: SystemTime,
 ) -> Vec<SpanData> {
     let since = |kind: &str| {
-        status.conditions.iter().find(|c| c.type_ == kind).map(|c| {
-            SystemTime::try_from(c.last_transition_time.0)
-                .unwrap_or(now)
-                .min(now)
-        })
+        toolgate_crds::conditions::transition_time(&status.conditions, kind)
+            .map(|t| SystemTime::try_from(t).unwrap_or(now).min(now))
     };
     let mut out = Vec::new();
     for step in steps {

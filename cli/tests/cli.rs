@@ -997,3 +997,107 @@ fn a_flagged_third_party_tool_is_held_back_alone() {
         "{view}"
     );
 }
+
+/// Every offline command that prints an object prints the same object with `-o json` and
+/// `-o yaml` (kubectl's habit); commands that print manifests give them as YAML documents and, in
+/// JSON, as `{"items": [...]}`.
+#[test]
+fn offline_commands_print_the_same_objects_as_json_and_yaml() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let defs = dir.path().join("definitions.json");
+    std::fs::write(
+        &defs,
+        r#"[{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]"#,
+    )
+    .expect("definitions");
+    let listed = dir.path().join("tools.json");
+    std::fs::write(
+        &listed,
+        r#"{"tools": [{"name": "echo", "description": "Echo a message back.",
+             "inputSchema": {"type": "object", "properties": {"msg": {"type": "string"}}}}]}"#,
+    )
+    .expect("tools/list");
+    let (defs, listed) = (defs.display().to_string(), listed.display().to_string());
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["lint", "examples/"],
+        vec![
+            "check",
+            "--manifests",
+            "examples",
+            "--call",
+            "examples/calls/01-read-serializer.yaml",
+            "--now",
+            NOW,
+        ],
+        vec![
+            "diff",
+            "tests/policy-change/before",
+            "tests/policy-change/after",
+            "--now",
+            NOW,
+        ],
+        vec![
+            "view",
+            "--manifests",
+            "examples",
+            "--principal",
+            "system:serviceaccount:team-a:fixer",
+            "--intent",
+            "read a source file",
+            "--now",
+            NOW,
+        ],
+        vec!["policy", "test", "examples"],
+        vec!["crds"],
+        vec![
+            "import",
+            &defs,
+            "--url-base",
+            "http://app.internal",
+            "--sandbox-policy",
+            "docs-allowlist",
+        ],
+        vec![
+            "mcp",
+            "normalize",
+            "--server",
+            "notes",
+            "--sandbox-policy",
+            "read-only",
+            &listed,
+            "--",
+            "notes-server",
+        ],
+    ];
+    for args in cases {
+        let run = |format: &str| {
+            // Before a `--`, which starts the server's own command line.
+            let mut all = args.clone();
+            let at = all.iter().position(|a| *a == "--").unwrap_or(all.len());
+            all.splice(at..at, ["-o", format]);
+            let out = toolgate(&all);
+            assert!(
+                !out.stdout.is_empty(),
+                "{all:?} printed nothing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout(&out)
+        };
+        let json: serde_json::Value = serde_json::from_str(&run("json"))
+            .unwrap_or_else(|e| panic!("{args:?} -o json is not JSON: {e}"));
+        let yaml = run("yaml");
+        let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&yaml)
+            .map(|d| {
+                serde::Deserialize::deserialize(d)
+                    .unwrap_or_else(|e| panic!("{args:?} -o yaml: {e}"))
+            })
+            .filter(|v: &serde_json::Value| !v.is_null())
+            .collect();
+        match json["items"].as_array() {
+            // Manifests: YAML documents, a list of them in JSON.
+            Some(items) => assert_eq!(docs.as_slice(), items.as_slice(), "{args:?}"),
+            None => assert_eq!(docs, [json], "{args:?}: the same object"),
+        }
+    }
+}

@@ -253,6 +253,15 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
     }
 }
 
+/// When the condition of `type_` last changed, if the object has it: what the metrics and
+/// traces of a call time its steps from.
+pub fn transition_time(conditions: &[Condition], type_: &str) -> Option<jiff::Timestamp> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.last_transition_time.0)
+}
+
 /// A condition as of `now`, for [`set_condition`].
 pub fn condition(
     type_: &str,

@@ -433,6 +433,17 @@ fn health_metrics_and_leader_election() {
         ),
         "{metrics}"
     );
+    // The durations, calls in flight and the build: the same module as `toolgate local`'s.
+    for want in [
+        "toolgate_call_duration_seconds_count{tool=\"test.echo\",outcome=\"Succeeded\"} 1",
+        "toolgate_call_duration_seconds_count{tool=\"test.echo\",outcome=\"Denied\"} 1",
+        "toolgate_call_start_seconds_count{tool=\"test.echo\"} 1",
+        "toolgate_calls_in_flight 0",
+        "runtime=\"operator\"} 1",
+    ] {
+        assert!(metrics.contains(want), "missing {want:?} in:\n{metrics}");
+    }
+    assert_eq!(http_get(first, "/healthz").0, 200);
     assert!(
         !metrics.contains("counted") && !metrics.contains(&ns),
         "no unbounded labels"

@@ -339,15 +339,20 @@ fn prepare_made(
     let placeholders = placeholders(plan)?;
     let (layer, writes) = write_layer(plan, &label)?;
     enforcement.writes = writes;
-    // The sandbox binds each write root's overlay where the root would be.
-    let mut bound = plan.clone();
-    if let Some(layer) = &layer {
-        for b in &mut bound.writable {
-            if let Some(merged) = layer.merged(&b.host) {
-                b.host = merged.to_path_buf();
+    // The sandbox binds each write root's overlay where the root would be (a copy of the plan
+    // only then).
+    let bound = match &layer {
+        None => std::borrow::Cow::Borrowed(plan),
+        Some(layer) => {
+            let mut bound = plan.clone();
+            for b in &mut bound.writable {
+                if let Some(merged) = layer.merged(&b.host) {
+                    b.host = merged.to_path_buf();
+                }
             }
+            std::borrow::Cow::Owned(bound)
         }
-    }
+    };
     let mut command = Command::new(bwrap);
     command
         .args(arguments(&bound, &fds, &empty_path, &kind_of))
