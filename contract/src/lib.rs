@@ -4,6 +4,7 @@
 //! `tools/list` answer of an MCP server. Small on purpose: the executor, the sandbox and the
 //! artifact store link this and not the decision core (Cedar, CEL, the registry).
 
+pub mod egress;
 pub mod exec;
 pub mod mcp_list;
 pub mod redact;

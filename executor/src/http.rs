@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use toolgate_contract::egress::{EgressRules, is_private};
 use toolgate_contract::exec::ExecSpec;
 use toolgate_contract::redact::Redactor;
 use toolgate_crds::{ArtifactKind, CallResult, HttpMethod, ObservedEffects, ResultStatus};
@@ -17,34 +18,18 @@ use toolgate_artifacts::ArtifactStore;
 /// Whether `url` may be reached under the allowed domains: its host is one of them
 /// (`*.example.com` matches subdomains only) and its port is the one the entry names
 /// (`api.example.com:8443`), or the scheme's default port when the entry names none — an allowed
-/// host is not every service that host runs.
+/// host is not every service that host runs. Decided by the rules the egress proxy keeps
+/// ([`toolgate_contract::egress`]).
 pub fn url_allowed(url: &reqwest::Url, allowed: &[String]) -> bool {
-    let Some(host) = url.host_str() else {
+    EgressRules::new(false, allowed, &[], false).is_ok_and(|rules| url_allowed_by(url, &rules))
+}
+
+fn url_allowed_by(url: &reqwest::Url, rules: &EgressRules) -> bool {
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
         return false;
     };
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .trim_end_matches('.')
-        .to_ascii_lowercase();
-    allowed.iter().any(|entry| {
-        let entry = entry.to_ascii_lowercase();
-        let (name, port) = match entry.rsplit_once(':') {
-            Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-                (name.to_string(), port.parse::<u16>().ok())
-            }
-            _ => (entry.clone(), None),
-        };
-        let host_matches = match name.strip_prefix("*.") {
-            Some(base) => host.len() > base.len() + 1 && host.ends_with(&format!(".{base}")),
-            None => host == name,
-        };
-        let port_matches = match port {
-            Some(p) => url.port_or_known_default() == Some(p),
-            None => url.port().is_none(),
-        };
-        host_matches && port_matches
-    })
+    let default = if url.scheme() == "http" { 80 } else { 443 };
+    rules.check_host(host, port, default).is_ok()
 }
 
 /// The host of a URL when it is an IP literal.
@@ -53,36 +38,6 @@ fn literal_ip(url: &reqwest::Url) -> Option<std::net::IpAddr> {
         url::Host::Ipv4(a) => Some(a.into()),
         url::Host::Ipv6(a) => Some(a.into()),
         url::Host::Domain(_) => None,
-    }
-}
-
-/// Private, loopback, link-local, shared, unspecified, broadcast and multicast addresses: what
-/// `denyPrivateNetworks` keeps a tool from reaching.
-pub fn is_private(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            a.is_private()
-                || a.is_loopback()
-                || a.is_link_local()
-                || a.is_unspecified()
-                || a.is_broadcast()
-                || a.is_multicast()
-                || (o[0] == 100 && (o[1] & 0xc0) == 64)
-                || o[0] == 0
-        }
-        IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return is_private(IpAddr::V4(v4));
-            }
-            let first = a.segments()[0];
-            a.is_loopback()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-        }
     }
 }
 
@@ -150,9 +105,9 @@ pub fn egress_client_with(
             "{ip} is a private, loopback or link-local address and the sandbox denies private networks"
         ));
     }
-    let allowed = allowed_domains.to_vec();
+    let rules = EgressRules::new(false, allowed_domains, &[], false).map_err(|e| e.to_string())?;
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        let ok = attempt.previous().len() < 5 && url_allowed(attempt.url(), &allowed);
+        let ok = attempt.previous().len() < 5 && url_allowed_by(attempt.url(), &rules);
         if ok { attempt.follow() } else { attempt.stop() }
     });
     let mut builder = reqwest::Client::builder();

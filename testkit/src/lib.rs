@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod api;
+pub mod dns;
 pub mod fixtures;
 pub mod jaeger;
 pub mod moto;

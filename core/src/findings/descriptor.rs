@@ -441,7 +441,7 @@ pub(crate) fn sandbox(s: &SandboxPolicySpec, out: &mut Vec<Local>) {
         }
     }
     for (i, cidr) in s.network.allow_cidrs.iter().enumerate() {
-        if cidr.parse::<CidrCheck>().is_err() {
+        if toolgate_contract::egress::parse_cidr(cidr).is_none() {
             out.push((
                 Severity::Error,
                 format!("spec.network.allowCidrs[{i}]"),
@@ -452,20 +452,6 @@ pub(crate) fn sandbox(s: &SandboxPolicySpec, out: &mut Vec<Local>) {
     }
     if s.network.egress == toolgate_crds::EgressMode::Open && !s.network.deny_private_networks {
         out.push((Severity::Warning, "spec.network.denyPrivateNetworks".into(), "sandbox-too-open", "open egress with private networks reachable lets a tool reach cluster-internal services".into()));
-    }
-}
-
-/// Parses `a.b.c.d/n` or an IPv6 prefix.
-struct CidrCheck;
-
-impl std::str::FromStr for CidrCheck {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let (addr, len) = s.split_once('/').ok_or(())?;
-        let len: u8 = len.parse().map_err(|_| ())?;
-        let ip: std::net::IpAddr = addr.parse().map_err(|_| ())?;
-        let max = if ip.is_ipv4() { 32 } else { 128 };
-        if len > max { Err(()) } else { Ok(CidrCheck) }
     }
 }
 

@@ -1,0 +1,117 @@
+//! Audit records: one per connection a tool asked the proxy for.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// What the proxy did with a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Reached and relayed.
+    Allowed,
+    /// Refused by the call's rules.
+    Refused,
+    /// Allowed, but the upstream could not be reached.
+    Failed,
+}
+
+/// One connection a tool asked for. Holds names, addresses, a path without its query and byte
+/// counts: nothing a request carried in its headers or body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// Milliseconds since the proxy started (the call's start).
+    pub at_ms: u64,
+    /// `CONNECT` for a tunnel, the request's method for plain HTTP.
+    pub method: String,
+    /// The host the tool asked for, as a name or an address.
+    pub host: String,
+    /// The port it asked for.
+    pub port: u16,
+    /// The request's path, without its query (plain HTTP only: a tunnel's requests are not seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The address connected to, or the one refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<IpAddr>,
+    /// What the proxy did.
+    pub decision: Decision,
+    /// Why it refused or failed, as a kind (`domain-not-allowed`, `private-address`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Why it refused or failed, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes from the tool to the upstream.
+    pub bytes_sent: u64,
+    /// Bytes from the upstream to the tool.
+    pub bytes_received: u64,
+}
+
+/// The records of one proxy, shared by its connections. Bounded: past [`Records::CAP`] records
+/// only the count of those dropped grows, so a tool opening connections in a loop cannot grow
+/// the runtime's memory.
+#[derive(Debug, Clone)]
+pub struct Records {
+    inner: Arc<Mutex<Kept>>,
+    started: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    records: Vec<Record>,
+    dropped: u64,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Records {
+            inner: Arc::default(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Records {
+    /// How many records are kept.
+    pub const CAP: usize = 10_000;
+
+    /// Milliseconds since the records began.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn push(&self, record: Record) {
+        tracing::info!(
+            target: "toolgate.egress",
+            method = %record.method,
+            host = %record.host,
+            port = record.port,
+            decision = ?record.decision,
+            kind = record.kind.as_deref().unwrap_or(""),
+            bytes_sent = record.bytes_sent,
+            bytes_received = record.bytes_received,
+            "egress"
+        );
+        let Ok(mut kept) = self.inner.lock() else {
+            return;
+        };
+        if kept.records.len() < Self::CAP {
+            kept.records.push(record);
+        } else {
+            kept.dropped += 1;
+        }
+    }
+
+    /// The records so far, in the order their connections were decided, and how many were
+    /// dropped past the cap.
+    pub fn snapshot(&self) -> (Vec<Record>, u64) {
+        match self.inner.lock() {
+            Ok(kept) => (kept.records.clone(), kept.dropped),
+            Err(_) => (Vec::new(), 0),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The egress proxy against curl (a client nobody here wrote), a scripted DNS server and HTTP
+//! servers on loopback addresses: what it lets through, what it refuses and what it records.
+
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use toolgate_contract::egress::EgressRules;
+use toolgate_egress::{Decision, Proxy, Resolver, Served};
+use toolgate_testkit::dns::DnsServer;
+
+/// The address the suite treats as the allowed "public" host (its CIDR is allowed).
+const ALLOWED: &str = "127.0.0.2";
+/// An address no rule allows.
+const INTERNAL: &str = "127.0.0.9";
+
+/// An HTTP server on `ip` answering `/hello` with a greeting and `/redirect?to=URL` with a 302.
+async fn upstream(ip: &str) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("a loopback address");
+    let addr = listener.local_addr().expect("its address");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let text = String::from_utf8_lossy(&got).to_string();
+                let line = text.lines().next().unwrap_or_default().to_string();
+                let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+                let reply = if let Some(to) = path.strip_prefix("/redirect?to=") {
+                    format!(
+                        "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                } else {
+                    let body = format!(
+                        "hello from upstream; request line {line}; connection header {}\n",
+                        text.lines()
+                            .find(|l| l.to_ascii_lowercase().starts_with("connection:"))
+                            .unwrap_or("none")
+                    );
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an address")
+}
+
+async fn proxy(domains: &[String], dns: &DnsServer) -> (Served, SocketAddr) {
+    let rules = EgressRules::new(false, domains, &[format!("{ALLOWED}/32")], true).expect("rules");
+    let resolver = Resolver::new(&[dns.addr()]).expect("a resolver");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("its address");
+    (Proxy::new(rules, resolver).serve_tcp(listener), addr)
+}
+
+/// curl through the proxy: its exit code and what it printed (stdout and stderr).
+async fn curl(proxy: SocketAddr, args: &[&str]) -> (i32, String) {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "--proxy",
+            &format!("http://{proxy}"),
+        ])
+        .args(args)
+        .env_clear()
+        .output()
+        .await
+        .expect("curl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_names_pass_and_every_other_destination_is_refused_and_recorded() {
+    let up = upstream(ALLOWED).await;
+    let internal = upstream(INTERNAL).await;
+    let port = up.port();
+    let dns = DnsServer::start(vec![
+        ("allowed.test", vec![ip(ALLOWED)]),
+        ("denied.test", vec![ip(ALLOWED)]),
+        // Public, then inside: DNS rebinding.
+        ("rebind.test", vec![ip(ALLOWED), ip(INTERNAL)]),
+        ("metadata.test", vec![ip("169.254.169.254")]),
+    ])
+    .await
+    .unwrap();
+    let domains: Vec<String> = ["allowed.test", "rebind.test", "metadata.test"]
+        .iter()
+        .map(|d| format!("{d}:{port}"))
+        .collect();
+    let (served, proxy) = proxy(&domains, &dns).await;
+
+    // An allowed name, plain HTTP: forwarded in origin form, closing after the one request.
+    let (code, out) = curl(
+        proxy,
+        &[&format!("http://allowed.test:{port}/hello?token=abc")],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("hello from upstream; request line GET /hello?token=abc HTTP/1.1"),
+        "{out}"
+    );
+    assert!(out.contains("connection header Connection: close"), "{out}");
+
+    // The same through a tunnel (CONNECT), as every HTTPS request goes.
+    let (code, out) = curl(
+        proxy,
+        &[
+            "--proxytunnel",
+            &format!("http://allowed.test:{port}/hello"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello from upstream"), "{out}");
+
+    // A name not allowed: the reason is what curl prints.
+    let (code, out) = curl(proxy, &[&format!("http://denied.test:{port}/hello")]).await;
+    assert_eq!(code, 0, "curl got the proxy's answer: {out}");
+    assert!(out.contains("toolgate egress proxy: denied.test:"), "{out}");
+    assert!(
+        out.contains("is not among the sandbox's allowed domains"),
+        "{out}"
+    );
+    // Through a tunnel curl fails and names the status.
+    let (code, out) = curl(
+        proxy,
+        &["--proxytunnel", &format!("http://denied.test:{port}/")],
+    )
+    .await;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("403"), "{out}");
+
+    // An IP literal no CIDR allows, even on a port an allowed name uses.
+    let (_, out) = curl(proxy, &[&format!("http://{internal}/hello")]).await;
+    assert!(out.contains("is an address, not a name"), "{out}");
+    assert!(!out.contains("hello from upstream"), "{out}");
+
+    // DNS rebinding: the first connection reaches the public address, the second is refused.
+    let (_, first) = curl(proxy, &[&format!("http://rebind.test:{port}/hello")]).await;
+    assert!(first.contains("hello from upstream"), "{first}");
+    let (_, second) = curl(proxy, &[&format!("http://rebind.test:{port}/hello")]).await;
+    assert!(
+        second.contains(&format!("rebind.test resolved to {INTERNAL}")),
+        "{second}"
+    );
+
+    // The metadata address, by name and by literal.
+    let (_, out) = curl(
+        proxy,
+        &[&format!("http://metadata.test:{port}/latest/meta-data/")],
+    )
+    .await;
+    assert!(out.contains("resolved to 169.254.169.254"), "{out}");
+    let (_, out) = curl(proxy, &["http://169.254.169.254/latest/meta-data/"]).await;
+    assert!(
+        out.contains("169.254.169.254 is an address, not a name"),
+        "{out}"
+    );
+
+    // A redirect to a host the policy does not allow: the tool follows it, the proxy refuses.
+    let (_, out) = curl(
+        proxy,
+        &[
+            "-L",
+            &format!("http://allowed.test:{port}/redirect?to=http://denied.test:{port}/hello"),
+        ],
+    )
+    .await;
+    assert!(out.contains("toolgate egress proxy: denied.test:"), "{out}");
+
+    // DNS over HTTPS, through a tunnel as a DoH client would.
+    let (code, out) = curl(proxy, &["https://dns.google/dns-query?name=example.com"]).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("403"), "{out}");
+
+    let (records, dropped) = served.records();
+    assert_eq!(dropped, 0);
+    let kinds: Vec<(String, Decision, Option<String>)> = records
+        .iter()
+        .map(|r| (r.host.clone(), r.decision, r.kind.clone()))
+        .collect();
+    let expect = |host: &str, decision: Decision, kind: Option<&str>| {
+        assert!(
+            kinds
+                .iter()
+                .any(|(h, d, k)| h == host && *d == decision && k.as_deref() == kind),
+            "no {host} {decision:?} {kind:?} in {kinds:?}"
+        );
+    };
+    expect("allowed.test", Decision::Allowed, None);
+    expect("denied.test", Decision::Refused, Some("domain-not-allowed"));
+    expect(INTERNAL, Decision::Refused, Some("address-not-allowed"));
+    expect("rebind.test", Decision::Allowed, None);
+    expect("rebind.test", Decision::Refused, Some("private-address"));
+    expect("metadata.test", Decision::Refused, Some("private-address"));
+    expect(
+        "169.254.169.254",
+        Decision::Refused,
+        Some("address-not-allowed"),
+    );
+    expect("dns.google", Decision::Refused, Some("encrypted-dns"));
+    // A record holds the path without its query, the address reached, and the bytes.
+    let first = &records[0];
+    assert_eq!(first.path.as_deref(), Some("/hello"));
+    assert_eq!(first.address, Some(ip(ALLOWED)));
+    assert!(
+        first.bytes_received > 0 && first.bytes_sent > 0,
+        "{first:?}"
+    );
+    let json = serde_json_text(&records);
+    assert!(
+        !json.contains("token=abc"),
+        "a query never reaches a record: {json}"
+    );
+    // Names were resolved by the proxy, once per connection that passed the name check.
+    assert_eq!(
+        dns.asked().iter().filter(|n| *n == "rebind.test").count(),
+        2
+    );
+    assert!(
+        !dns.asked().iter().any(|n| n == "denied.test"),
+        "a refused name is never resolved"
+    );
+}
+
+fn serde_json_text(records: &[toolgate_egress::Record]) -> String {
+    records
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
