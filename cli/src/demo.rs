@@ -322,6 +322,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         tracer: Default::default(),
         warm_sandboxes: 2,
         executor: &crate::local_cmd::ExecutorChoice::Default,
+        egress_nameservers: &[],
     })
     .await?;
     let addr = started.addr;

@@ -68,6 +68,12 @@ pub struct LocalArgs {
     /// beside this binary when it is of this build (it starts faster), else `builtin`.
     #[arg(long, value_name = "PATH|builtin")]
     pub executor: Option<ExecutorChoice>,
+    /// A nameserver (`ip:port`) the calls' egress proxies resolve names with, instead of the
+    /// system's resolver; repeat for more. A policy with `egress: allowlist` sends a process
+    /// tool's connections through a per-call proxy that resolves each name itself and checks
+    /// the address it gets.
+    #[arg(long = "egress-nameserver", value_name = "IP:PORT")]
+    pub egress_nameservers: Vec<std::net::SocketAddr>,
     #[command(flatten)]
     pub vault: VaultArgs,
 }
@@ -245,6 +251,8 @@ pub struct Setup<'a> {
     pub warm_sandboxes: usize,
     /// The executor each sandbox runs.
     pub executor: &'a ExecutorChoice,
+    /// The nameservers the calls' egress proxies resolve with (none: the system's).
+    pub egress_nameservers: &'a [std::net::SocketAddr],
 }
 
 /// Start the runtime and bind the listener.
@@ -259,6 +267,7 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         tracer,
         warm_sandboxes,
         executor,
+        egress_nameservers,
     } = setup;
     let workspace = std::fs::canonicalize(workspace)
         .with_context(|| format!("--workspace {}", workspace.display()))?;
@@ -306,6 +315,7 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         tracer,
         warm_sandboxes,
         runs: None,
+        egress_nameservers: egress_nameservers.to_vec(),
     })
     .await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -376,6 +386,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             tracer: tracer.clone(),
             warm_sandboxes: args.warm_sandboxes,
             executor: args.executor.as_ref().unwrap_or(&ExecutorChoice::Default),
+            egress_nameservers: &args.egress_nameservers,
         })
         .await?;
         let metrics = match args.metrics_addr {

@@ -75,6 +75,12 @@ pub struct ExecSpec {
     /// installed them before the executor.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub seccomp_inherited: bool,
+    /// The call's egress proxy, as a socket inside the sandbox: the sandbox's network has
+    /// loopback only, and the executor relays its tool's proxied connections (`HTTPS_PROXY`,
+    /// `HTTP_PROXY` on loopback) to this socket, where the runtime decides each one. Absent
+    /// where the policy's egress is `none`, `open`, or checked by the executor's own client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_proxy: Option<String>,
 }
 
 impl ExecSpec {

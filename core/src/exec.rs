@@ -105,6 +105,7 @@ pub fn discovery_spec(
         confinement,
         discover: true,
         egress_gate: None,
+        egress_proxy: None,
         seccomp_inherited: false,
     }
 }
@@ -167,6 +168,7 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         confinement: input.confinement,
         discover: false,
         egress_gate: None,
+        egress_proxy: None,
         seccomp_inherited: false,
     }
 }

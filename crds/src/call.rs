@@ -516,6 +516,11 @@ pub struct ObservedEffects {
     /// External endpoints called.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub external_calls: Vec<String>,
+    /// Connections the call's egress proxy refused, as `METHOD host:port[/path] (why)`: a name
+    /// or address the SandboxPolicy does not allow, a private address behind an allowed name,
+    /// an encrypted DNS resolver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_calls: Vec<String>,
 }
 
 /// Verifier checks on a result.

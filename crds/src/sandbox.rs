@@ -171,7 +171,10 @@ pub struct NetworkPolicy {
     /// `none` (loopback only), `allowlist` or `open`.
     pub egress: EgressMode,
     /// Domains reachable with `allowlist` (`api.github.com`, `*.example.com`), each on the
-    /// scheme's default port unless the entry names one (`api.example.com:8443`).
+    /// scheme's default port unless the entry names one (`api.example.com:8443`). A process tool
+    /// reaches them through its call's egress proxy (named in `HTTPS_PROXY` and `HTTP_PROXY`;
+    /// its sandbox has no other route), which resolves each name itself and refuses a private,
+    /// loopback or link-local address behind it unless `allowCidrs` names it.
     #[serde(default)]
     #[schemars(
         length(max = 64),
@@ -183,7 +186,7 @@ pub struct NetworkPolicy {
         )
     )]
     pub allow_domains: Vec<String>,
-    /// CIDRs reachable with `allowlist`.
+    /// CIDRs reachable with `allowlist`: by address, and as what an allowed name may resolve to.
     #[serde(default)]
     #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
     pub allow_cidrs: Vec<String>,

@@ -17,5 +17,5 @@ mod record;
 mod resolve;
 
 pub use proxy::{Proxy, Served};
-pub use record::{Decision, Record, Records};
+pub use record::{Decision, Record, Records, observe, refusals};
 pub use resolve::{Resolver, ResolverError};

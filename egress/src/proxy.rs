@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener};
 use toolgate_contract::egress::{EgressRules, Refusal};
+use toolgate_contract::redact::Redactor;
 
 use crate::record::{Decision, Record, Records};
 use crate::resolve::Resolver;
@@ -25,6 +26,9 @@ const CONCURRENT: usize = 256;
 #[derive(Clone)]
 pub struct Proxy {
     rules: Arc<EgressRules>,
+    /// The call's credentials, kept out of every record: a tool may put one in a host name or
+    /// a path to carry it out, and the record of that attempt must not carry it on.
+    redactor: Arc<Redactor>,
     resolver: Resolver,
     records: Records,
     permits: Arc<tokio::sync::Semaphore>,
@@ -92,10 +96,12 @@ impl From<Refusal> for Answer {
 }
 
 impl Proxy {
-    /// A proxy deciding by `rules`, resolving with `resolver`.
-    pub fn new(rules: EgressRules, resolver: Resolver) -> Proxy {
+    /// A proxy deciding by `rules`, resolving with `resolver`, redacting `redactor`'s secrets
+    /// from its records.
+    pub fn new(rules: EgressRules, resolver: Resolver, redactor: Redactor) -> Proxy {
         Proxy {
             rules: Arc::new(rules),
+            redactor: Arc::new(redactor),
             resolver,
             records: Records::default(),
             permits: Arc::new(tokio::sync::Semaphore::new(CONCURRENT)),
@@ -170,6 +176,9 @@ impl Proxy {
             record.reason = Some(a.reason.clone());
             let _ = answer(&mut tool, &a).await;
         }
+        record.host = self.redactor.redact_str(&record.host);
+        record.path = record.path.map(|p| self.redactor.redact_str(&p));
+        record.reason = record.reason.map(|r| self.redactor.redact_str(&r));
         self.records.push(record);
     }
 

@@ -115,3 +115,73 @@ impl Records {
         }
     }
 }
+
+/// The most entries a result lists of the connections its call made, and of those refused.
+const LISTED: usize = 8;
+
+/// Fold a call's egress records into its result: the connections made join
+/// `effectsObserved.externalCalls` (`CONNECT host:port`, `GET host:port/path`), the refused ones
+/// `effectsObserved.refusedCalls` with their kind.
+pub fn observe(result: &mut toolgate_crds::CallResult, records: &[Record]) {
+    if records.is_empty() {
+        return;
+    }
+    let observed = result.effects_observed.get_or_insert_with(Default::default);
+    let mut unlisted = [0usize; 2];
+    for r in records {
+        let target = match &r.path {
+            Some(p) => format!("{} {}:{}{p}", r.method, r.host, r.port),
+            None => format!("{} {}:{}", r.method, r.host, r.port),
+        };
+        let (which, list, entry) = match r.decision {
+            Decision::Allowed => (0, &mut observed.external_calls, target),
+            Decision::Refused | Decision::Failed => {
+                let kind = r.kind.as_deref().unwrap_or("refused");
+                (1, &mut observed.refused_calls, format!("{target} ({kind})"))
+            }
+        };
+        if !list.contains(&entry) {
+            if list.len() < LISTED {
+                list.push(entry);
+            } else {
+                unlisted[which] += 1;
+            }
+        }
+    }
+    for (list, more) in [
+        (&mut observed.external_calls, unlisted[0]),
+        (&mut observed.refused_calls, unlisted[1]),
+    ] {
+        if more > 0 {
+            list.push(format!("… and {more} more"));
+        }
+    }
+}
+
+/// A sentence naming what the proxy refused and why, for a failed call's error (a tool whose
+/// tunnel was refused only saw `403`); none when nothing was.
+pub fn refusals(records: &[Record], dropped: u64) -> Option<String> {
+    let mut reasons: Vec<&str> = Vec::new();
+    let mut count = 0;
+    for r in records.iter().filter(|r| r.decision != Decision::Allowed) {
+        count += 1;
+        if let Some(reason) = r.reason.as_deref()
+            && reasons.len() < 3
+            && !reasons.contains(&reason)
+        {
+            reasons.push(reason);
+        }
+    }
+    (count > 0).then(|| {
+        let more = if dropped > 0 {
+            format!(" ({dropped} more connections not recorded)")
+        } else {
+            String::new()
+        };
+        format!(
+            "the call's egress proxy refused {count} connection{}{more}: {}",
+            if count == 1 { "" } else { "s" },
+            reasons.join("; ")
+        )
+    })
+}

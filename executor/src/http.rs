@@ -111,7 +111,11 @@ pub fn egress_client_with(
         if ok { attempt.follow() } else { attempt.stop() }
     });
     let mut builder = reqwest::Client::builder();
-    if deny_private_networks {
+    if let Some(proxy) = crate::egress::proxy_url() {
+        // The sandbox's one way out; the proxy checks names and addresses again.
+        builder =
+            builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("http client: {e}"))?);
+    } else if deny_private_networks {
         builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
     }
     builder

@@ -6,6 +6,7 @@ pub mod builtin;
 pub mod cli;
 pub mod discover;
 pub mod effects;
+mod egress;
 pub mod egress_gate;
 pub mod http;
 mod mcp;

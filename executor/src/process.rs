@@ -69,6 +69,14 @@ pub(crate) fn tool_process(
         }
     }
     cmd.envs(&spec.env.set);
+    if let Some(url) = crate::egress::proxy_url() {
+        for name in crate::egress::NO_PROXY_VARIABLES {
+            cmd.env_remove(name);
+        }
+        for name in crate::egress::PROXY_VARIABLES {
+            cmd.env(name, url);
+        }
+    }
     if credentials.iter().any(|c| c.file.env_name.is_none()) {
         cmd.env("TOOLGATE_CREDENTIALS_DIR", credentials_dir);
     }

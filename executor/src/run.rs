@@ -40,6 +40,9 @@ pub async fn execute(
         }
         None => None,
     };
+    if let Some(socket) = &spec.egress_proxy {
+        crate::egress::start_relay(socket).await?;
+    }
     let redactor = Redactor::new(credentials.iter().map(|c| c.value.as_bytes()));
     let store = ArtifactStore::open(&spec.artifacts)?;
     let started = Instant::now();

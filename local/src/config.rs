@@ -32,4 +32,7 @@ pub struct Config {
     /// touched. `None`: [`crate::slot::default_run_folder`] of the data folder, on a memory
     /// filesystem.
     pub runs: Option<PathBuf>,
+    /// The nameservers each call's egress proxy resolves names with; empty: the system's
+    /// resolver (`/etc/resolv.conf`).
+    pub egress_nameservers: Vec<std::net::SocketAddr>,
 }

@@ -22,6 +22,8 @@ pub(crate) struct Placed {
     pub(crate) described: String,
     /// How the credential went.
     pub(crate) credential: Credential,
+    /// The call's egress proxy, serving until the call ends (`egress: allowlist`).
+    pub(crate) egress: Option<toolgate_egress::Served>,
 }
 
 /// The sandbox a call's target runs in on this machine, and the Landlock rules of its policy;
@@ -97,17 +99,52 @@ pub(crate) fn place(
         .map_err(|e| io("starting the sandbox", &e))?,
     };
     let described = describe(&plan);
-    let spec = executor_spec(rec, target, &plan, confinement, &store_of(config));
+    let mut spec = executor_spec(rec, target, &plan, confinement, &store_of(config));
+    if plan.network == Network::Proxied {
+        spec.egress_proxy = Some(slot.egress_socket().1.display().to_string());
+    }
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
     std::fs::write(slot.spec_path(), json).map_err(|e| io("writing the call spec", &e))?;
     slot.make_namespace_folder(&rec.namespace);
     let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued)?;
+    // Served before the executor reads its spec (at its go), knowing the credential it keeps
+    // out of its records.
+    let egress = match plan.network {
+        Network::Proxied => Some(
+            serve_egress(config, target.policy, &slot, secret.as_ref())
+                .map_err(|e| io("the call's egress proxy", &e))?,
+        ),
+        Network::None | Network::Host => None,
+    };
     Ok(Placed {
         slot,
         secret,
         described,
         credential,
+        egress,
     })
+}
+
+/// Serve the call's egress proxy on a socket in its run folder, deciding by its policy's
+/// `network`: the sandbox has loopback only, and its executor relays the tool's proxied
+/// connections here.
+fn serve_egress(
+    config: &Config,
+    policy: &toolgate_crds::SandboxPolicySpec,
+    slot: &Slot,
+    secret: Option<&crate::broker::Secret>,
+) -> Result<toolgate_egress::Served, String> {
+    let rules = toolgate_contract::egress::EgressRules::from_policy(&policy.network)
+        .map_err(|e| e.to_string())?;
+    let resolver =
+        toolgate_egress::Resolver::new(&config.egress_nameservers).map_err(|e| e.to_string())?;
+    let (host, _) = slot.egress_socket();
+    let listener = std::os::unix::net::UnixListener::bind(&host)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::UnixListener::from_std)
+        .map_err(|e| format!("{}: {e}", host.display()))?;
+    let redactor = toolgate_core::redact::Redactor::new(secret.map(|s| s.expose().as_bytes()));
+    Ok(toolgate_egress::Proxy::new(rules, resolver, redactor).serve_unix(listener))
 }
 
 /// The executor's input for the call, as it sees the sandbox.
@@ -271,10 +308,11 @@ fn describe(plan: &toolgate_sandbox::SandboxPlan) -> String {
         list(&plan.read_only),
         list(&plan.writable),
         plan.hidden.len(),
-        if plan.network == Network::None {
-            "none (loopback only)"
-        } else {
-            "host"
+        match plan.network {
+            Network::None => "none (loopback only)",
+            Network::Host => "host",
+            Network::Proxied =>
+                "allowlist, through the call's egress proxy (loopback only otherwise)",
         },
         plan.limits.timeout.as_millis(),
         plan.limits.memory_bytes >> 20,

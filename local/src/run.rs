@@ -154,6 +154,7 @@ pub(crate) fn spawn_placed(rt: &Runtime, rec: CallRecord, placed: Placed) {
 async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), ApiError> {
     let id = rec.id.as_str();
     let outcome = execute(rt, &rec, &mut p.slot).await;
+    let outcome = with_egress_observed(outcome, p.egress.take());
     let outcome = with_writes_kept(outcome, p.slot.keep_writes().await);
     let base = p.slot.base().clone();
     let outcome = outcome.and_then(|ran| {
@@ -215,6 +216,41 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
 /// The longest message a result's error carries (`status.result.error.message`).
 const ERROR_MESSAGE_MAX: usize = 2048;
 
+/// A run's outcome with its egress proxy's records folded in (the proxy stopped): what the call
+/// reached and what was refused, and for a failed call, why.
+fn with_egress_observed(
+    outcome: Result<(CallResult, Duration), String>,
+    egress: Option<toolgate_egress::Served>,
+) -> Result<(CallResult, Duration), String> {
+    let Some(served) = egress else {
+        return outcome;
+    };
+    let (records, dropped) = served.records();
+    drop(served);
+    let note = toolgate_egress::refusals(&records, dropped);
+    match (outcome, note) {
+        (Ok((mut result, elapsed)), note) => {
+            toolgate_egress::observe(&mut result, &records);
+            if let Some(note) = note {
+                with_note(&mut result, &note);
+            }
+            Ok((result, elapsed))
+        }
+        (Err(message), Some(note)) => Err(format!("{message}; {note}")),
+        (Err(message), None) => Err(message),
+    }
+}
+
+/// A failed result's error message followed by `note`, said whole (the message cut to make room).
+fn with_note(result: &mut CallResult, note: &str) {
+    if result.status != toolgate_crds::ResultStatus::Success
+        && let Some(error) = result.error.as_mut()
+    {
+        let room = ERROR_MESSAGE_MAX.saturating_sub(note.len() + 2);
+        error.message = format!("{}; {note}", toolgate_core::text::cut(&error.message, room));
+    }
+}
+
 /// A run's outcome once its writes are in the workspace: a failure says when the write quota was
 /// used up (`No space left on device` is all the tool saw), and writes that could not be brought
 /// back fail a call that had succeeded.
@@ -234,16 +270,7 @@ fn with_writes_kept(
     );
     match outcome {
         Ok((mut result, elapsed)) => {
-            if result.status != toolgate_crds::ResultStatus::Success
-                && let Some(error) = result.error.as_mut()
-            {
-                // The quota said whole, the tool's message cut to keep within its bound.
-                let room = ERROR_MESSAGE_MAX.saturating_sub(quota.len() + 2);
-                error.message = format!(
-                    "{}; {quota}",
-                    toolgate_core::text::cut(&error.message, room)
-                );
-            }
+            with_note(&mut result, &quota);
             Ok((result, elapsed))
         }
         Err(message) => Err(format!("{message}; {quota}")),

@@ -60,6 +60,8 @@ pub(crate) enum ArtifactsAt {
 pub(crate) struct Slot {
     /// Its run files on the host (the spec, the credential, the result): see [`default_run_folder`].
     dir: PathBuf,
+    /// The same folder as the sandbox sees it.
+    inside: PathBuf,
     /// Where the executor writes artifacts, on the host: on the artifact store's filesystem, so
     /// keeping them is a rename.
     staging: PathBuf,
@@ -153,6 +155,7 @@ impl Slot {
         folder.0.clear();
         Ok(Slot {
             dir,
+            inside,
             staging,
             base: base.clone(),
             plan,
@@ -195,6 +198,14 @@ impl Slot {
     /// Where the call's spec goes.
     pub(crate) fn spec_path(&self) -> PathBuf {
         self.dir.join("spec.json")
+    }
+
+    /// Where the call's egress proxy listens: on the host, and as the executor inside sees it.
+    pub(crate) fn egress_socket(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.join("egress.sock"),
+            self.inside.join("egress.sock"),
+        )
     }
 
     /// Where the call's credential goes (removed the moment the sandbox is gone).

@@ -930,47 +930,6 @@ async fn dry_runs_report_without_acting_and_lists_page() {
     assert_eq!(ids.len(), 3, "no call twice, none missing");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_egress_allowlist_for_a_process_is_refused_not_opened() {
-    let dir = setup();
-    let server = Server::start(dir.path());
-    let mut c = server.client().await;
-    // web.fetch runs curl (a process of its own) under the docs-allowlist policy: the embedded
-    // runtime cannot hold a process to a domain list, so the call ends before anything runs.
-    let call = submit(
-        &mut c,
-        "web.fetch",
-        serde_json::json!({"url": "https://nodejs.org/api/fs.html"}),
-        "read",
-    )
-    .await;
-    let done = wait_phase(
-        &mut c,
-        &call.id,
-        &["Failed", "Succeeded", "AwaitingApproval"],
-    )
-    .await;
-    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
-    let sandbox = done
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "SandboxPrepared")
-        .expect("SandboxPrepared");
-    assert_eq!(
-        (sandbox.status.as_str(), sandbox.reason.as_str()),
-        ("False", "SandboxRefused")
-    );
-    assert!(
-        sandbox.message.contains("network.egress"),
-        "{}",
-        sandbox.message
-    );
-    assert!(
-        !done.conditions.iter().any(|c| c.r#type == "Started"),
-        "nothing ran"
-    );
-}
-
 /// Clients that speak only the older reflection protocol (grpcurl before 1.8, Python's
 /// grpc_requests) list the services too.
 #[tokio::test(flavor = "multi_thread")]

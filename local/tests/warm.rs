@@ -580,6 +580,7 @@ async fn a_named_run_folder_keeps_what_else_is_in_it() {
         warm_sandboxes: 0,
         tracer: Default::default(),
         runs: Some(parent.clone()),
+        egress_nameservers: Vec::new(),
     })
     .await
     .expect("starts");

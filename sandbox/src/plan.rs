@@ -29,6 +29,10 @@ pub enum Network {
     None,
     /// The host's network (policy `open`).
     Host,
+    /// A new network namespace with loopback only, and the call's egress proxy as its one
+    /// route out (policy `allowlist`): the runtime serves the proxy on a socket the executor
+    /// relays the tool's proxied connections to.
+    Proxied,
 }
 
 /// Resource limits of one sandboxed run.
@@ -215,11 +219,9 @@ impl SandboxPlan {
 /// Why a policy cannot run here. Each says which field and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
-    /// Egress allowlists need the egress proxy; never silently opened.
-    #[error(
-        "network.egress: the embedded runtime cannot enforce an allowlist ({0}) for a process it runs (only the http adapter's own client checks domains, and no adapter checks CIDRs) until the egress proxy exists; refusing to run rather than opening the network (use egress none, or run on a cluster)"
-    )]
-    EgressAllowlist(String),
+    /// An egress rule the proxy cannot read.
+    #[error(transparent)]
+    Egress(#[from] toolgate_contract::egress::RuleError),
     /// A runtime class asks for stronger isolation than namespaces.
     #[error(
         "runtimeClassName: {0:?} asks for a stronger runtime than the embedded sandbox gives; refusing to run with weaker isolation (run on a cluster with that RuntimeClass)"
@@ -279,9 +281,8 @@ pub fn resolve(policy: &SandboxPolicySpec, cx: &Context<'_>) -> Result<SandboxPl
             Network::Host
         }
         EgressMode::Allowlist => {
-            let mut all = policy.network.allow_domains.clone();
-            all.extend(policy.network.allow_cidrs.iter().cloned());
-            return Err(ResolveError::EgressAllowlist(all.join(", ")));
+            toolgate_contract::egress::EgressRules::from_policy(&policy.network)?;
+            Network::Proxied
         }
     };
     let fs = &policy.filesystem;
@@ -487,17 +488,23 @@ mod tests {
     }
 
     #[test]
-    fn refuses_an_allowlist_instead_of_opening_the_network() {
+    fn an_allowlist_goes_through_the_proxy_and_never_opens_the_network() {
         let mut p = base();
         p["network"] =
             serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"]});
+        let plan = resolve(&policy(p), &cx(Path::new("/w"))).expect("plan");
+        assert_eq!(plan.network, Network::Proxied);
+        let mut p = base();
+        p["network"] = serde_json::json!({"egress": "allowlist", "allowCidrs": ["10.0.0.0/33"]});
         let err = resolve(&policy(p), &cx(Path::new("/w"))).expect_err("refused");
-        assert!(matches!(err, ResolveError::EgressAllowlist(ref d) if d == "api.github.com"));
-        assert!(err.to_string().starts_with("network.egress:"));
+        assert!(
+            err.to_string().starts_with("network.allowCidrs[0]"),
+            "{err}"
+        );
     }
 
     #[test]
-    fn an_allowlist_holds_for_the_http_adapter_but_never_for_cidrs() {
+    fn an_allowlist_of_names_holds_for_the_http_adapter_and_cidrs_go_through_the_proxy() {
         let mut p = base();
         p["network"] =
             serde_json::json!({"egress": "allowlist", "allowDomains": ["api.github.com"]});
@@ -509,10 +516,10 @@ mod tests {
         );
         let mut p = base();
         p["network"] = serde_json::json!({"egress": "allowlist", "allowCidrs": ["10.0.0.0/8"]});
-        assert!(matches!(
-            resolve(&policy(p), &c),
-            Err(ResolveError::EgressAllowlist(_))
-        ));
+        assert_eq!(
+            resolve(&policy(p), &c).expect("plan").network,
+            Network::Proxied
+        );
     }
 
     #[test]

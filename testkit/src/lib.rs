@@ -15,6 +15,7 @@ pub mod dns;
 pub mod fixtures;
 pub mod jaeger;
 pub mod moto;
+pub mod upstream;
 pub mod vault;
 
 /// The repository root.

@@ -53,7 +53,7 @@ pub const PRIVATE_V6: &[&str] = &["fc00::/7", "fe80::/10", "::1/128"];
 pub enum BuildError {
     /// A domain allowlist for a process that opens its own connections.
     #[error(
-        "network.egress: a NetworkPolicy cannot allow domains ({0}); only the http adapter, whose executor checks every request, may use a domain allowlist until the egress proxy exists"
+        "network.egress: a NetworkPolicy cannot allow domains ({0}); on a cluster only the http adapter, whose executor checks every request, may use a domain allowlist (toolgate local sends a process tool's connections through a per-call egress proxy; use allowCidrs here)"
     )]
     DomainsForProcess(String),
 }

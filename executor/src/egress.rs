@@ -1,0 +1,67 @@
+//! The tool's one way out of a sandbox whose egress is by name: a relay on the sandbox's
+//! loopback to the call's egress proxy, named to the tool as its HTTP proxy.
+//!
+//! The sandbox's network namespace has loopback only, so a connection that does not go through
+//! the relay goes nowhere; the runtime's proxy at the other end of the socket decides each one.
+//! The relay decides nothing: it only carries bytes, so nothing a tool does to it widens what the
+//! proxy allows.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use tokio::net::{TcpListener, UnixStream};
+
+use crate::spec::ExecError;
+
+/// The relay's URL once it is listening: what the tool's proxy variables and the executor's own
+/// HTTP client name.
+static PROXY_URL: OnceLock<String> = OnceLock::new();
+
+/// The variables HTTP clients read their proxy from (curl, git, pip, requests, Go, Node's
+/// undici with `NODE_USE_ENV_PROXY`), upper and lower case.
+pub(crate) const PROXY_VARIABLES: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// The variables that exempt hosts from the proxy: removed, since the sandbox has no other way
+/// out and an exempted host would just fail.
+pub(crate) const NO_PROXY_VARIABLES: &[&str] = &["NO_PROXY", "no_proxy"];
+
+/// Start relaying to the proxy's `socket` for the rest of this process; its URL from then on.
+pub(crate) async fn start_relay(socket: &str) -> Result<&'static str, ExecError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
+        ExecError::Unrunnable(format!("the egress relay on the sandbox's loopback: {e}"))
+    })?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| ExecError::Unrunnable(format!("the egress relay's port: {e}")))?
+        .port();
+    let socket = PathBuf::from(socket);
+    tokio::spawn(async move {
+        while let Ok((mut tool, _)) = listener.accept().await {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                match UnixStream::connect(&socket).await {
+                    Ok(mut proxy) => {
+                        let _ = tokio::io::copy_bidirectional(&mut tool, &mut proxy).await;
+                    }
+                    Err(e) => eprintln!(
+                        "toolgate-executor: the call's egress proxy at {} cannot be reached: {e}",
+                        socket.display()
+                    ),
+                }
+            });
+        }
+    });
+    Ok(PROXY_URL.get_or_init(|| format!("http://127.0.0.1:{port}")))
+}
+
+/// The relay's URL, when this call's egress goes through a proxy.
+pub(crate) fn proxy_url() -> Option<&'static str> {
+    PROXY_URL.get().map(String::as_str)
+}

@@ -1,0 +1,318 @@
+//! Egress by name on `toolgate local`: a process tool (curl, a client nobody here wrote) under a
+//! SandboxPolicy with `egress: allowlist` reaches an allowed name through its call's egress
+//! proxy and nothing else — not a name the policy does not list, not an address, not a host it
+//! tries to reach around the proxy. The proxy resolves names with a DNS server the suite runs;
+//! the upstreams are HTTP servers on 127.0.0.0/8 addresses the policy's CIDR allows.
+
+mod support;
+
+use support::*;
+
+/// The address of the allowed upstream (the policy's one CIDR).
+const ALLOWED: &str = "127.0.0.2";
+/// An address of no rule.
+const INTERNAL: &str = "127.0.0.9";
+
+fn add_tools(root: &std::path::Path, port: u16) {
+    let m = root.join("manifests");
+    let tool = |name: &str, argv: &str| {
+        Tool::test(name)
+            .argv(argv)
+            .summary("A tool of the egress suite.")
+            .policy("egress-by-name")
+            .yaml("team-a")
+    };
+    for (file, text) in [
+        (
+            "e-fetch",
+            tool(
+                "e.fetch",
+                "[curl, -sS, -L, --fail-with-body, --max-time, \"10\", \"{{msg}}\"]",
+            ),
+        ),
+        (
+            "e-direct",
+            // Around the proxy: no proxy for any host.
+            tool(
+                "e.direct",
+                "[curl, -sS, --noproxy, \"*\", --max-time, \"5\", \"{{msg}}\"]",
+            ),
+        ),
+        (
+            "e-env",
+            tool(
+                "e.env",
+                "[sh, -c, \"env | grep -i -e proxy -e canary | sort\"]",
+            ),
+        ),
+    ] {
+        std::fs::write(m.join(format!("tools/{file}.yaml")), text).expect("tool");
+    }
+    std::fs::write(
+        m.join("egress-policy.yaml"),
+        format!(
+            r#"apiVersion: toolgate.dev/v1alpha1
+kind: SandboxPolicy
+metadata: {{name: egress-by-name, namespace: team-a}}
+spec:
+  mode: read_only
+  filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}
+  network:
+    egress: allowlist
+    allowDomains: ["allowed.test:{port}", "rebind.test:{port}"]
+    allowCidrs: ["{ALLOWED}/32"]
+  environment: {{inheritedEnv: [PATH, LANG], injectedEnv: ["NO_PROXY=allowed.test"]}}
+  process: {{timeoutMs: 15000, maxMemoryMb: 256, maxProcesses: 16, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
+  audit: {{recordCommand: true}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolGrant
+metadata: {{name: egress-tools, namespace: team-a}}
+spec:
+  subjects:
+  - {{kind: ServiceAccount, name: fixer, namespace: team-a}}
+  tools: {{names: [e.fetch, e.direct, e.env]}}
+  scopes: ["workspace:read"]
+  reason: egress tests
+"#
+        ),
+    )
+    .expect("policy");
+}
+
+async fn run(
+    c: &mut toolgate_proto::v1::toolgate_client::ToolgateClient<tonic::transport::Channel>,
+    tool: &str,
+    msg: &str,
+) -> toolgate_proto::v1::Call {
+    let call = submit(c, tool, serde_json::json!({ "msg": msg }), "execute").await;
+    wait_phase(c, &call.id, &["Succeeded", "Failed", "Denied"]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_tool_reaches_allowed_names_through_its_proxy_and_nothing_else() {
+    let up = toolgate_testkit::upstream::start(ALLOWED)
+        .await
+        .expect("upstream");
+    let internal = toolgate_testkit::upstream::start(INTERNAL)
+        .await
+        .expect("upstream");
+    let port = up.port();
+    let dns = toolgate_testkit::dns::DnsServer::start(vec![
+        ("allowed.test", vec![ALLOWED.parse().expect("ip")]),
+        ("denied.test", vec![ALLOWED.parse().expect("ip")]),
+        (
+            "rebind.test",
+            vec![ALLOWED.parse().expect("ip"), INTERNAL.parse().expect("ip")],
+        ),
+    ])
+    .await
+    .expect("dns");
+    let dir = setup();
+    add_tools(dir.path(), port);
+    let nameserver = dns.addr().to_string();
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--egress-nameserver",
+            &nameserver,
+        ],
+    );
+    let mut c = server.client().await;
+
+    // An allowed name: through the proxy, in origin form; the call records what it reached.
+    let done = run(
+        &mut c,
+        "e.fetch",
+        &format!("http://allowed.test:{port}/hello"),
+    )
+    .await;
+    assert_eq!(done.phase, "Succeeded", "{:#?}", done.conditions);
+    assert!(
+        done.output_preview
+            .contains("hello from upstream; request line GET /hello HTTP/1.1"),
+        "{}",
+        done.output_preview
+    );
+    let explained = explain(&mut c, &done.id).await;
+    assert!(
+        explained
+            .effects_json
+            .contains(&format!("GET allowed.test:{port}/hello")),
+        "{}",
+        explained.effects_json
+    );
+    assert!(
+        explained.sandbox_json.contains("Proxied") || explained.sandbox_json.contains("proxied"),
+        "{}",
+        explained.sandbox_json
+    );
+
+    // A name the policy does not list: the tool prints the proxy's reason, the call fails
+    // saying what was refused, and ExplainCall lists it.
+    let done = run(
+        &mut c,
+        "e.fetch",
+        &format!("http://denied.test:{port}/hello"),
+    )
+    .await;
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    assert!(
+        done.output_preview
+            .contains("toolgate egress proxy: denied.test:"),
+        "{}",
+        done.output_preview
+    );
+    assert!(
+        done.status_json
+            .contains("the call's egress proxy refused 1 connection: denied.test:"),
+        "{}",
+        done.status_json
+    );
+    let explained = explain(&mut c, &done.id).await;
+    assert!(
+        explained.effects_json.contains(&format!(
+            "GET denied.test:{port}/hello (domain-not-allowed)"
+        )),
+        "{}",
+        explained.effects_json
+    );
+
+    // An address, even one that serves: refused; a redirect to a denied name: refused.
+    let done = run(&mut c, "e.fetch", &format!("http://{internal}/hello")).await;
+    assert_eq!(done.phase, "Failed");
+    assert!(
+        done.output_preview.contains("is an address, not a name"),
+        "{}",
+        done.output_preview
+    );
+    let done = run(
+        &mut c,
+        "e.fetch",
+        &format!("http://allowed.test:{port}/redirect?to=http://denied.test/"),
+    )
+    .await;
+    assert_eq!(done.phase, "Failed");
+    assert!(
+        done.status_json.contains("denied.test:80 is not among"),
+        "{}",
+        done.status_json
+    );
+
+    // DNS rebinding: public at first, inside the second time.
+    let first = run(
+        &mut c,
+        "e.fetch",
+        &format!("http://rebind.test:{port}/hello"),
+    )
+    .await;
+    assert_eq!(first.phase, "Succeeded", "{:#?}", first.conditions);
+    let second = run(
+        &mut c,
+        "e.fetch",
+        &format!("http://rebind.test:{port}/hello"),
+    )
+    .await;
+    assert_eq!(second.phase, "Failed");
+    assert!(
+        second
+            .output_preview
+            .contains(&format!("resolved to {INTERNAL}")),
+        "{}",
+        second.output_preview
+    );
+
+    // Around the proxy there is no route: the sandbox's network has loopback only, so the
+    // allowed upstream's own address is the sandbox's loopback, where nothing listens.
+    let done = run(&mut c, "e.direct", &format!("http://{up}/hello")).await;
+    assert!(
+        !done.output_preview.contains("hello from upstream"),
+        "{}",
+        done.output_preview
+    );
+    assert_eq!(done.phase, "Failed", "{}", done.output_preview);
+
+    // The tool is told the proxy: every proxy variable names the relay on its loopback, and
+    // NO_PROXY (set by the policy) is gone — the sandbox has no other way out.
+    let done = run(&mut c, "e.env", "").await;
+    let env = done.output_preview.clone();
+    for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+        assert!(
+            env.lines()
+                .any(|l| l.starts_with(&format!("{name}=http://127.0.0.1:"))),
+            "{name} in {env}"
+        );
+    }
+    assert!(!env.contains("NO_PROXY"), "{env}");
+    assert!(!env.contains(CANARY), "{env}");
+}
+
+/// The example `web.fetch` (curl over HTTPS) under the example `docs-allowlist` policy: an
+/// allowed name whose answer points inside is refused at the proxy, with the reason in the
+/// call's result. The suite's DNS server answers for nodejs.org, so nothing leaves the machine.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_fetch_tool_is_refused_an_allowed_name_that_resolves_inside() {
+    let dns = toolgate_testkit::dns::DnsServer::start(vec![(
+        "nodejs.org",
+        vec![INTERNAL.parse().expect("ip")],
+    )])
+    .await
+    .expect("dns");
+    let dir = setup();
+    let nameserver = dns.addr().to_string();
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        &dir.path().join("workspace"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--egress-nameserver",
+            &nameserver,
+        ],
+    );
+    let mut c = server.client().await;
+    let call = submit(
+        &mut c,
+        "web.fetch",
+        serde_json::json!({"url": "https://nodejs.org/api/fs.html"}),
+        "read",
+    )
+    .await;
+    let waiting = wait_phase(
+        &mut c,
+        &call.id,
+        &["Failed", "Succeeded", "AwaitingApproval"],
+    )
+    .await;
+    if waiting.phase == "AwaitingApproval" {
+        c.approve_call(req(REVIEWER, approval_of(&waiting)))
+            .await
+            .expect("approved");
+    }
+    let done = wait_phase(&mut c, &call.id, &["Failed", "Succeeded"]).await;
+    assert_eq!(done.phase, "Failed", "{:#?}", done.conditions);
+    assert!(
+        done.status_json
+            .contains(&format!("nodejs.org resolved to {INTERNAL}")),
+        "{}",
+        done.status_json
+    );
+    assert_eq!(
+        dns.asked(),
+        vec!["nodejs.org".to_string()],
+        "resolved once, by the proxy"
+    );
+    let explained = explain(&mut c, &done.id).await;
+    assert!(
+        explained
+            .effects_json
+            .contains("CONNECT nodejs.org:443 (private-address)"),
+        "{}",
+        explained.effects_json
+    );
+}
