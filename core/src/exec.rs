@@ -133,7 +133,10 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
                 .clone()
                 .unwrap_or_else(|| name.to_string()),
             env_name: match binding.delivery.mode {
-                toolgate_crds::DeliveryMode::Env => binding.delivery.env_name.clone(),
+                // A proxy-delivered binding's placeholder comes the way the value would.
+                toolgate_crds::DeliveryMode::Env | toolgate_crds::DeliveryMode::Proxy => {
+                    binding.delivery.env_name.clone()
+                }
                 toolgate_crds::DeliveryMode::File => None,
             },
         })

@@ -51,6 +51,16 @@ use crate::common::Condition;
         "rule": "self.delivery.mode != 'env' || has(self.delivery.envName)",
         "message": "delivery mode 'env' needs delivery.envName",
         "fieldPath": ".delivery.envName"
+    },
+    {
+        "rule": "self.delivery.mode != 'proxy' || has(self.delivery.proxy)",
+        "message": "delivery mode 'proxy' needs delivery.proxy: the hosts the value may be sent to",
+        "fieldPath": ".delivery.proxy"
+    },
+    {
+        "rule": "self.delivery.mode == 'proxy' || !has(self.delivery.proxy)",
+        "message": "delivery.proxy only applies with delivery mode 'proxy'",
+        "fieldPath": ".delivery.proxy"
     }
 ]))]
 pub struct CredentialBindingSpec {
@@ -137,16 +147,74 @@ pub enum VaultEngine {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialDelivery {
-    /// `file` (mounted read-only, preferred) or `env` (needs the sandbox's secretEnvAllowed).
+    /// `proxy` (the sandbox holds a placeholder; the call's egress proxy swaps in the value on
+    /// requests to the hosts named in `proxy`), `file` (mounted read-only) or `env` (needs the
+    /// sandbox's secretEnvAllowed).
     pub mode: DeliveryMode,
     /// File name in the credentials directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
     pub file_name: Option<String>,
-    /// Environment variable name for `env` delivery.
+    /// Environment variable name for `env` delivery (and for the placeholder of `proxy`
+    /// delivery, which otherwise comes as a file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub env_name: Option<String>,
+    /// Where the call's egress proxy may put the value, for `proxy` delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyDelivery>,
+}
+
+/// Where a `proxy`-delivered credential may go: the proxy swaps the sandbox's placeholder for
+/// the value only in requests of the call to these hosts (TLS to them is intercepted with a CA
+/// the call's sandbox alone trusts), and refuses a request carrying the placeholder anywhere
+/// else as an exfiltration attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyDelivery {
+    /// Hosts, as in a SandboxPolicy's `allowDomains` (`api.github.com`, `api.example.com:8443`;
+    /// no wildcards): each must also be allowed by the sandbox's egress.
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[1-9][0-9]{0,4})?$"
+            )
+        )
+    )]
+    pub hosts: Vec<String>,
+    /// Where in a request the placeholder is swapped: `header` (any header's value, the
+    /// default) and `query` (the request target's query string). A placeholder elsewhere is
+    /// sent as it is.
+    #[serde(default = "header_only")]
+    #[schemars(length(min = 1, max = 2))]
+    pub positions: Vec<InjectionPosition>,
+    /// Methods the value may be sent with (`GET`, `POST`); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(regex(pattern = r"^[A-Z]{1,16}$")))]
+    pub methods: Vec<String>,
+    /// Path prefixes the value may be sent to (`/repos/acme/`); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 512), regex(pattern = r"^/"))
+    )]
+    pub path_prefixes: Vec<String>,
+}
+
+fn header_only() -> Vec<InjectionPosition> {
+    vec![InjectionPosition::Header]
+}
+
+/// A place in a request where a placeholder is swapped for its value.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectionPosition {
+    /// Any header's value.
+    Header,
+    /// The query string of the request target.
+    Query,
 }
 
 /// How a credential reaches the sandbox.
@@ -157,6 +225,8 @@ pub enum DeliveryMode {
     File,
     /// An environment variable.
     Env,
+    /// A placeholder in the sandbox, the value swapped in by the call's egress proxy.
+    Proxy,
 }
 
 /// Observed state of a CredentialBinding. Never holds a value or a lease id.

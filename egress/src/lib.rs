@@ -12,10 +12,12 @@
 //!
 //! One proxy serves one call and ends with it: its rules and records are that call's alone.
 
+mod inject;
 mod proxy;
 mod record;
 mod resolve;
 
+pub use inject::{Injection, InterceptError, Interception, upstream_tls};
 pub use proxy::{Proxy, Served};
 pub use record::{Decision, Record, Records, observe, refusals};
 pub use resolve::{Resolver, ResolverError};

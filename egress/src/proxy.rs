@@ -9,6 +9,7 @@ use tokio::net::{TcpStream, UnixListener};
 use toolgate_contract::egress::{EgressRules, Refusal};
 use toolgate_contract::redact::Redactor;
 
+use crate::inject::{Injection, Interception};
 use crate::record::{Decision, Record, Records};
 use crate::resolve::Resolver;
 
@@ -32,6 +33,8 @@ pub struct Proxy {
     resolver: Resolver,
     records: Records,
     permits: Arc<tokio::sync::Semaphore>,
+    /// The call's `proxy`-delivered credential and the TLS interception it needs.
+    injection: Option<Arc<(Injection, Interception)>>,
 }
 
 /// A proxy serving a listener: its records stay readable after it is stopped. Dropping it stops
@@ -105,7 +108,15 @@ impl Proxy {
             resolver,
             records: Records::default(),
             permits: Arc::new(tokio::sync::Semaphore::new(CONCURRENT)),
+            injection: None,
         }
+    }
+
+    /// The same proxy, swapping `injection`'s placeholder for its value on requests to its
+    /// hosts, TLS to them intercepted with `interception`'s CA.
+    pub fn with_injection(mut self, injection: Injection, interception: Interception) -> Proxy {
+        self.injection = Some(Arc::new((injection, interception)));
+        self
     }
 
     /// Serve every connection of `listener` until the returned handle is dropped.
@@ -164,6 +175,7 @@ impl Proxy {
             reason: None,
             bytes_sent: 0,
             bytes_received: 0,
+            injected: false,
         };
         let outcome = self.relay(&mut tool, head, &mut record).await;
         if let Err(a) = outcome {
@@ -220,6 +232,17 @@ impl Proxy {
             .as_deref()
             .map(|p| p.split('?').next().unwrap_or(p).to_string());
         let default_port = if tunnel { 443 } else { 80 };
+        // The value's hosts, when this request goes to one of them.
+        let injecting = self
+            .injection
+            .as_deref()
+            .filter(|(inj, _)| inj.for_host(&host, port, default_port));
+        if let Some((inj, _)) = self.injection.as_deref()
+            && injecting.is_none()
+            && carries(inj, &head)
+        {
+            return Err(exfiltration(&host, port));
+        }
         self.rules.check_host(&host, port, default_port)?;
         let addresses =
             self.resolver
@@ -253,6 +276,28 @@ impl Proxy {
             reason: format!("{host}:{port}: {reason}"),
         })?;
         record.address = Some(ip);
+        if let (true, Some((inj, interception))) = (tunnel, injecting) {
+            if !head.rest.is_empty() {
+                return Err(Answer::bad_request(
+                    "the tool sent bytes before the tunnel was established",
+                ));
+            }
+            tool.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .map_err(|e| failed(&e))?;
+            record.decision = Decision::Allowed;
+            intercepted(tool, upstream, &host, port, inj, interception, record).await;
+            return Ok(());
+        }
+        let mut head = head;
+        let mut origin_form = origin_form;
+        if let (false, Some((inj, _)), Some(origin)) = (tunnel, injecting, origin_form.as_mut()) {
+            let path = origin.split('?').next().unwrap_or(origin).to_string();
+            if carries(inj, &head) && !inj.allows(&head.method, &path) {
+                return Err(not_here(&head.method, &path));
+            }
+            record.injected = inj.swap(&mut head.headers, origin);
+        }
         let sent_first = if tunnel {
             tool.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 .await
@@ -279,6 +324,120 @@ impl Proxy {
         record.bytes_received = down;
         Ok(())
     }
+}
+
+/// Whether a request head carries the placeholder anywhere (its target or any header).
+fn carries(inj: &Injection, head: &Head) -> bool {
+    inj.carried_by(head.target.as_bytes()) || head.headers.iter().any(|(_, v)| inj.carried_by(v))
+}
+
+fn exfiltration(host: &str, port: u16) -> Answer {
+    Answer {
+        status: 403,
+        kind: "credential-exfiltration".into(),
+        reason: format!(
+            "a request to {host}:{port} carried the call's credential placeholder, which only the credential binding's hosts get: refused and recorded as an exfiltration attempt"
+        ),
+    }
+}
+
+fn not_here(method: &str, path: &str) -> Answer {
+    Answer {
+        status: 403,
+        kind: "credential-not-allowed-here".into(),
+        reason: format!(
+            "{method} {path} carried the call's credential placeholder, but the credential binding allows other methods or paths (delivery.proxy)"
+        ),
+    }
+}
+
+/// An intercepted tunnel to a credential's host, after the tool was told it is established:
+/// the tool's TLS ends here with a certificate of the call's CA, its one request is read, the
+/// placeholder swapped where the binding allows, and the request sent on over TLS verified
+/// against the upstream's real certificate. What goes wrong is recorded and, where the tool's
+/// TLS is up, answered inside it.
+async fn intercepted<S: AsyncRead + AsyncWrite + Unpin>(
+    tool: &mut S,
+    upstream: TcpStream,
+    host: &str,
+    port: u16,
+    inj: &Injection,
+    interception: &Interception,
+    record: &mut Record,
+) {
+    let fail = |record: &mut Record, kind: &str, reason: String| {
+        record.decision = if kind == "bad-request" || kind.starts_with("credential") {
+            Decision::Refused
+        } else {
+            Decision::Failed
+        };
+        record.kind = Some(kind.into());
+        record.reason = Some(reason);
+    };
+    let config = match interception.server_config(host) {
+        Ok(c) => c,
+        Err(e) => return fail(record, "interception", e.to_string()),
+    };
+    let mut tool = match tokio_rustls::TlsAcceptor::from(config).accept(tool).await {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(
+                record,
+                "interception",
+                format!("the tool's TLS handshake (does it trust the call's CA?): {e}"),
+            );
+        }
+    };
+    let mut head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut tool)).await {
+        Ok(Ok(Some(h))) => h,
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(reason)) => {
+            let a = Answer::bad_request(reason);
+            let _ = answer(&mut tool, &a).await;
+            return fail(record, &a.kind, a.reason);
+        }
+    };
+    let mut origin = head.target.clone();
+    let path = origin.split('?').next().unwrap_or(&origin).to_string();
+    record.method = head.method.clone();
+    record.path = Some(path.clone());
+    if !origin.starts_with('/') {
+        let a = Answer::bad_request(format!("expected an origin-form target, found {origin:?}"));
+        let _ = answer(&mut tool, &a).await;
+        return fail(record, &a.kind, a.reason);
+    }
+    if carries(inj, &head) && !inj.allows(&head.method, &path) {
+        let a = not_here(&head.method, &path);
+        let _ = answer(&mut tool, &a).await;
+        return fail(record, &a.kind, a.reason);
+    }
+    record.injected = inj.swap(&mut head.headers, &mut origin);
+    let name = match rustls::pki_types::ServerName::try_from(host.to_string()) {
+        Ok(n) => n,
+        Err(e) => return fail(record, "unreachable", e.to_string()),
+    };
+    let connector = tokio_rustls::TlsConnector::from(interception.upstream());
+    let mut upstream = match connector.connect(name, upstream).await {
+        Ok(s) => s,
+        Err(e) => {
+            let a = Answer {
+                status: 502,
+                kind: "upstream-tls".into(),
+                reason: format!("{host}:{port}: the upstream's TLS: {e}"),
+            };
+            let _ = answer(&mut tool, &a).await;
+            return fail(record, &a.kind, a.reason);
+        }
+    };
+    let bytes = forwarded_head(&head, &origin, host, port);
+    if upstream.write_all(&bytes).await.is_err() || upstream.write_all(&head.rest).await.is_err() {
+        return fail(record, "unreachable", "writing to the upstream".into());
+    }
+    let (up, down) = tokio::io::copy_bidirectional(&mut tool, &mut upstream)
+        .await
+        .unwrap_or((0, 0));
+    record.bytes_sent = up + (bytes.len() + head.rest.len()) as u64;
+    record.bytes_received = down;
 }
 
 fn failed(e: &std::io::Error) -> Answer {

@@ -49,6 +49,9 @@ pub struct Record {
     pub bytes_sent: u64,
     /// Bytes from the upstream to the tool.
     pub bytes_received: u64,
+    /// Whether the call's credential was swapped into the request.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub injected: bool,
 }
 
 /// The records of one proxy, shared by its connections. Bounded: past [`Records::CAP`] records

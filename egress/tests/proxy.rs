@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use toolgate_contract::egress::EgressRules;
 use toolgate_contract::redact::Redactor;
-use toolgate_egress::{Decision, Proxy, Resolver, Served};
+use toolgate_egress::{Decision, Injection, Interception, Proxy, Resolver, Served, upstream_tls};
 use toolgate_testkit::dns::DnsServer;
 
 /// The address the suite treats as the allowed "public" host (its CIDR is allowed).
@@ -240,4 +240,127 @@ fn serde_json_text(records: &[toolgate_egress::Record]) -> String {
         .map(|r| format!("{r:?}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A credential by placeholder: curl sends the placeholder, the API gets the value, and the
+/// placeholder sent anywhere else (or with a method the binding does not allow) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_becomes_the_credential_only_for_its_hosts() {
+    const VALUE: &str = "tgcanary-real-token-41c9";
+    let api = toolgate_testkit::upstream::start_tls(ALLOWED, "api.test", VALUE)
+        .await
+        .expect("https upstream");
+    let other = upstream(ALLOWED).await;
+    let dns = DnsServer::start(vec![
+        ("api.test", vec![ip(ALLOWED)]),
+        ("allowed.test", vec![ip(ALLOWED)]),
+    ])
+    .await
+    .expect("dns");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream_ca = dir.path().join("upstream-ca.pem");
+    std::fs::write(&upstream_ca, &api.ca_pem).expect("ca");
+    let domains = vec![
+        format!("api.test:{}", api.addr.port()),
+        format!("allowed.test:{}", other.port()),
+    ];
+    let rules = EgressRules::new(false, &domains, &[format!("{ALLOWED}/32")], true).expect("rules");
+    let delivery: toolgate_crds::ProxyDelivery = serde_json::from_value(serde_json::json!({
+        "hosts": [format!("api.test:{}", api.addr.port())],
+        "methods": ["GET"],
+    }))
+    .expect("delivery");
+    let placeholder = Injection::placeholder();
+    let interception =
+        Interception::new(upstream_tls(&[upstream_ca]).expect("upstream tls")).expect("ca");
+    let bundle = dir.path().join("bundle.pem");
+    std::fs::write(
+        &bundle,
+        interception.trust_bundle(std::path::Path::new("/nonexistent")),
+    )
+    .expect("bundle");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("port");
+    let proxy = listener.local_addr().expect("addr");
+    let served = Proxy::new(
+        rules,
+        Resolver::new(&[dns.addr()]).expect("resolver"),
+        Redactor::new([VALUE]),
+    )
+    .with_injection(
+        Injection::new(placeholder.clone(), VALUE.into(), &delivery),
+        interception,
+    )
+    .serve_tcp(listener);
+    let bearer = format!("Authorization: Bearer {placeholder}");
+    let cacert = bundle.display().to_string();
+    let url = format!("https://api.test:{}/user", api.addr.port());
+
+    // The API gets the value: the tool only ever had the placeholder.
+    let (code, out) = curl(proxy, &["--cacert", &cacert, "-H", &bearer, &url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, "token ok\n");
+    // Without the call's CA the tool cannot talk to the interception at all.
+    let (code, _) = curl(proxy, &["-H", &bearer, &url]).await;
+    assert_ne!(code, 0);
+    // A method the binding does not allow: refused inside the tunnel.
+    let (_, out) = curl(
+        proxy,
+        &["--cacert", &cacert, "-X", "DELETE", "-H", &bearer, &url],
+    )
+    .await;
+    assert!(
+        out.contains("credential binding allows other methods"),
+        "{out}"
+    );
+    // The placeholder to another allowed host: refused as an exfiltration attempt.
+    let (_, out) = curl(
+        proxy,
+        &[
+            "-H",
+            &bearer,
+            &format!("http://allowed.test:{}/hello", other.port()),
+        ],
+    )
+    .await;
+    assert!(out.contains("exfiltration attempt"), "{out}");
+    assert!(!out.contains("hello from upstream"), "{out}");
+    // The other host without the placeholder is still reachable.
+    let (_, out) = curl(
+        proxy,
+        &[&format!("http://allowed.test:{}/hello", other.port())],
+    )
+    .await;
+    assert!(out.contains("hello from upstream"), "{out}");
+
+    let (records, _) = served.records();
+    let kinds: Vec<_> = records
+        .iter()
+        .map(|r| (r.host.as_str(), r.decision, r.kind.as_deref(), r.injected))
+        .collect();
+    assert!(
+        kinds.contains(&("api.test", Decision::Allowed, None, true)),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(
+            "api.test",
+            Decision::Refused,
+            Some("credential-not-allowed-here"),
+            false
+        )),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(
+            "allowed.test",
+            Decision::Refused,
+            Some("credential-exfiltration"),
+            false
+        )),
+        "{kinds:?}"
+    );
+    let text = serde_json_text(&records);
+    assert!(!text.contains(VALUE), "{text}");
 }

@@ -48,3 +48,88 @@ async fn answer(mut s: tokio::net::TcpStream) {
     let _ = s.write_all(reply.as_bytes()).await;
     let _ = s.shutdown().await;
 }
+
+/// An HTTPS server for `name` on `ip`, its certificate from a CA of its own: the API a
+/// proxy-delivered credential is for. It answers `token ok` to a request whose `Authorization`
+/// is `Bearer <token>`, and `401` repeating what it got otherwise.
+pub struct TlsUpstream {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its CA's certificate, PEM: what a client (or a proxy) must trust to reach it.
+    pub ca_pem: String,
+}
+
+/// Start a [`TlsUpstream`] (inside a tokio runtime).
+pub async fn start_tls(ip: &str, name: &str, token: &str) -> std::io::Result<TlsUpstream> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let err = |e: rcgen::Error| std::io::Error::other(e.to_string());
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().map_err(err)?).map_err(err)?;
+    let key = KeyPair::generate().map_err(err)?;
+    let cert = CertificateParams::new(vec![name.to_string()])
+        .map_err(err)?
+        .signed_by(&key, &ca)
+        .map_err(err)?;
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| {
+            b.with_no_client_auth().with_single_cert(
+                vec![cert.der().clone(), ca.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+        })
+        .map_err(std::io::Error::other)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
+    let addr = listener.local_addr()?;
+    let expected = token.to_string();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let expected = expected.clone();
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&got).to_string();
+                let auth = text
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("authorization")
+                            .then(|| v.trim().to_string())
+                    })
+                    .unwrap_or_default();
+                let bearer = auth
+                    .get(..7)
+                    .is_some_and(|b| b.eq_ignore_ascii_case("bearer "));
+                let (status, body) = if bearer && auth[7..] == expected {
+                    ("200 OK", "token ok\n".to_string())
+                } else {
+                    ("401 Unauthorized", format!("bad token: {auth}\n"))
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Ok(TlsUpstream {
+        addr,
+        ca_pem: ca.pem(),
+    })
+}

@@ -363,6 +363,16 @@ fn sandbox_fits(
             "CredentialBinding/{} delivers its value as an environment variable but SandboxPolicy/{} has environment.secretEnvAllowed: false; deliver it as a file",
             r.name, d.sandbox_policy_ref.as_ref().map_or("", |r| r.name.as_str()))));
     }
+    if let Some(r) = &d.credential_binding_ref
+        && let Some(Object {
+            spec: Spec::CredentialBinding(b),
+            ..
+        }) = set.find("CredentialBinding", ns, &r.name)
+        && let Some(proxy) = &b.delivery.proxy
+        && let Some(s) = sandbox
+    {
+        proxied_credential(&r.name, proxy, s, out);
+    }
     if let Some(s) = sandbox {
         if e.external_calls
             && s.network.egress == toolgate_crds::EgressMode::None
@@ -418,6 +428,47 @@ fn no_instructions_to_the_model(d: &ToolDescriptorSpec, out: &mut Vec<Local>) {
                 super::poisoning::CODE,
                 format!(
                     "model-visible text holds {found}: rewrite it as a plain description{review}"
+                ),
+            ));
+        }
+    }
+}
+
+/// A `proxy`-delivered credential reaches its hosts only through an egress proxy, which only a
+/// sandbox with `egress: allowlist` has, and only where that allowlist lets the call go.
+fn proxied_credential(
+    binding: &str,
+    proxy: &toolgate_crds::ProxyDelivery,
+    s: &SandboxPolicySpec,
+    out: &mut Vec<Local>,
+) {
+    let rules = match toolgate_contract::egress::EgressRules::from_policy(&s.network) {
+        Ok(r) if s.network.egress == toolgate_crds::EgressMode::Allowlist => r,
+        _ => {
+            out.push((
+            Severity::Error,
+            "spec.credentialBindingRef".into(),
+            "credential-proxy-needs-allowlist",
+            format!(
+                "CredentialBinding/{binding} is delivered by the egress proxy, which only a sandbox with network.egress: allowlist has; its SandboxPolicy's egress is {:?}",
+                s.network.egress
+            ),
+            ));
+            return;
+        }
+    };
+    for (i, host) in proxy.hosts.iter().enumerate() {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((n, p)) => (n, p.parse().unwrap_or(443)),
+            None => (host.as_str(), 443),
+        };
+        if let Err(refusal) = rules.check_host(name, port, 443) {
+            out.push((
+                Severity::Error,
+                "spec.credentialBindingRef".into(),
+                "credential-proxy-host-not-allowed",
+                format!(
+                    "CredentialBinding/{binding} delivery.proxy.hosts[{i}]: the sandbox's egress refuses it ({refusal}); the value could never be sent there"
                 ),
             ));
         }
