@@ -322,7 +322,7 @@ async fn play(keep: bool) -> anyhow::Result<ExitCode> {
         tracer: Default::default(),
         warm_sandboxes: 2,
         executor: &crate::local_cmd::ExecutorChoice::Default,
-        egress_nameservers: &[],
+        egress: &Default::default(),
     })
     .await?;
     let addr = started.addr;

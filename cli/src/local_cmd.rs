@@ -68,14 +68,25 @@ pub struct LocalArgs {
     /// beside this binary when it is of this build (it starts faster), else `builtin`.
     #[arg(long, value_name = "PATH|builtin")]
     pub executor: Option<ExecutorChoice>,
-    /// A nameserver (`ip:port`) the calls' egress proxies resolve names with, instead of the
-    /// system's resolver; repeat for more. A policy with `egress: allowlist` sends a process
-    /// tool's connections through a per-call proxy that resolves each name itself and checks
-    /// the address it gets.
-    #[arg(long = "egress-nameserver", value_name = "IP:PORT")]
-    pub egress_nameservers: Vec<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub egress: EgressArgs,
     #[command(flatten)]
     pub vault: VaultArgs,
+}
+
+/// How the calls' egress proxies resolve names and verify upstreams. A policy with
+/// `egress: allowlist` sends a call's connections through a proxy of its own, which resolves
+/// each name itself and checks the address it gets.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EgressArgs {
+    /// A nameserver (`ip:port`) the egress proxies resolve names with, instead of the system's
+    /// resolver; repeat for more.
+    #[arg(long = "egress-nameserver", value_name = "IP:PORT")]
+    pub nameservers: Vec<std::net::SocketAddr>,
+    /// A CA certificate (PEM file) the egress proxies trust, beside the system's roots, for
+    /// the hosts a `proxy`-delivered credential is sent to (a private CA); repeat for more.
+    #[arg(long = "egress-upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 /// Where `toolgate local` (or the operator) gets credentials from Vault.
@@ -251,8 +262,8 @@ pub struct Setup<'a> {
     pub warm_sandboxes: usize,
     /// The executor each sandbox runs.
     pub executor: &'a ExecutorChoice,
-    /// The nameservers the calls' egress proxies resolve with (none: the system's).
-    pub egress_nameservers: &'a [std::net::SocketAddr],
+    /// How the calls' egress proxies resolve and verify.
+    pub egress: &'a EgressArgs,
 }
 
 /// Start the runtime and bind the listener.
@@ -267,7 +278,7 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         tracer,
         warm_sandboxes,
         executor,
-        egress_nameservers,
+        egress,
     } = setup;
     let workspace = std::fs::canonicalize(workspace)
         .with_context(|| format!("--workspace {}", workspace.display()))?;
@@ -315,7 +326,8 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
         tracer,
         warm_sandboxes,
         runs: None,
-        egress_nameservers: egress_nameservers.to_vec(),
+        egress_nameservers: egress.nameservers.clone(),
+        egress_upstream_ca: egress.upstream_ca.clone(),
     })
     .await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -386,7 +398,7 @@ pub fn run(args: &LocalArgs) -> anyhow::Result<ExitCode> {
             tracer: tracer.clone(),
             warm_sandboxes: args.warm_sandboxes,
             executor: args.executor.as_ref().unwrap_or(&ExecutorChoice::Default),
-            egress_nameservers: &args.egress_nameservers,
+            egress: &args.egress,
         })
         .await?;
         let metrics = match args.metrics_addr {

@@ -81,6 +81,10 @@ pub struct ExecSpec {
     /// where the policy's egress is `none`, `open`, or checked by the executor's own client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_proxy: Option<String>,
+    /// The CA bundle the tool's TLS clients trust when the egress proxy intercepts TLS to
+    /// deliver a credential (the system's roots and the call's own CA), inside the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ca_bundle: Option<String>,
 }
 
 impl ExecSpec {
@@ -272,6 +276,10 @@ pub struct CredentialFile {
     /// Deliver to the process as this environment variable (never logged) instead of a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_name: Option<String>,
+    /// The file holds a placeholder the call's egress proxy swaps for the value (delivery mode
+    /// `proxy`): worthless anywhere else, so not redacted from what the tool prints.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub placeholder: bool,
 }
 
 /// Environment of the process: nothing is inherited unless listed.

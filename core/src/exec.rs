@@ -106,6 +106,7 @@ pub fn discovery_spec(
         discover: true,
         egress_gate: None,
         egress_proxy: None,
+        egress_ca_bundle: None,
         seccomp_inherited: false,
     }
 }
@@ -139,6 +140,7 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
                 }
                 toolgate_crds::DeliveryMode::File => None,
             },
+            placeholder: binding.delivery.mode == toolgate_crds::DeliveryMode::Proxy,
         })
         .into_iter()
         .collect();
@@ -172,6 +174,7 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         discover: false,
         egress_gate: None,
         egress_proxy: None,
+        egress_ca_bundle: None,
         seccomp_inherited: false,
     }
 }

@@ -443,6 +443,17 @@ fn semantic_rules() {
         "spec.credentialBindingRef",
     );
     expect_one(
+        mutate("CredentialBinding", "github-issues-bot", |v| {
+            set(
+                v,
+                "/spec/delivery",
+                json!({"mode": "proxy", "proxy": {"hosts": ["uploads.example.net"]}}),
+            )
+        }),
+        "credential-proxy-host-not-allowed",
+        "spec.credentialBindingRef",
+    );
+    expect_one(
         mutate("ToolDescriptor", "web.fetch", |v| {
             set(v, "/spec/sandboxPolicyRef/name", json!("read-only"))
         }),

@@ -157,6 +157,9 @@ pub mod reason {
             BROKER_FORBIDDEN = "BrokerForbidden";
             /// The credential binding does not exist.
             BINDING_MISSING = "BindingMissing";
+            /// The binding's delivery mode is not available on this runtime: `proxy` on a
+            /// cluster, whose call pods have no egress proxy yet. Nothing was issued.
+            DELIVERY_UNSUPPORTED = "DeliveryUnsupported";
         }
         "CredentialsRevoked" {
             /// The lease of the call's credential was revoked.

@@ -28,6 +28,18 @@ pub(crate) const PROXY_VARIABLES: &[&str] = &[
     "all_proxy",
 ];
 
+/// The variables TLS clients read the CAs they trust from (OpenSSL and curl, git, Python's
+/// requests and pip, Node): set to the call's bundle when its proxy intercepts TLS to deliver a
+/// credential, so the tool trusts the call's CA and the system's roots, nothing more.
+pub(crate) const CA_BUNDLE_VARIABLES: &[&str] = &[
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// The variables that exempt hosts from the proxy: removed, since the sandbox has no other way
 /// out and an exempted host would just fail.
 pub(crate) const NO_PROXY_VARIABLES: &[&str] = &["NO_PROXY", "no_proxy"];
@@ -59,6 +71,23 @@ pub(crate) async fn start_relay(socket: &str) -> Result<&'static str, ExecError>
         }
     });
     Ok(PROXY_URL.get_or_init(|| format!("http://127.0.0.1:{port}")))
+}
+
+/// The call's CA bundle, when its proxy intercepts TLS: what the executor's own HTTP client
+/// trusts besides its roots.
+static CA_BUNDLE: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Trust the call's CA bundle (a file inside the sandbox) in the executor's own HTTP client.
+pub(crate) fn trust_bundle(path: &str) -> Result<(), ExecError> {
+    let pem = std::fs::read(path)
+        .map_err(|e| ExecError::Unrunnable(format!("the call's CA bundle {path}: {e}")))?;
+    let _ = CA_BUNDLE.set(pem);
+    Ok(())
+}
+
+/// The call's CA bundle, PEM, when there is one.
+pub(crate) fn ca_bundle() -> Option<&'static [u8]> {
+    CA_BUNDLE.get().map(Vec::as_slice)
 }
 
 /// The relay's URL, when this call's egress goes through a proxy.

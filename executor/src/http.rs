@@ -115,6 +115,13 @@ pub fn egress_client_with(
         // The sandbox's one way out; the proxy checks names and addresses again.
         builder =
             builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("http client: {e}"))?);
+        if let Some(pem) = crate::egress::ca_bundle() {
+            for cert in reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("the call's CA bundle: {e}"))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
     } else if deny_private_networks {
         builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
     }

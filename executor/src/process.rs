@@ -77,6 +77,11 @@ pub(crate) fn tool_process(
             cmd.env(name, url);
         }
     }
+    if let Some(bundle) = &spec.egress_ca_bundle {
+        for name in crate::egress::CA_BUNDLE_VARIABLES {
+            cmd.env(name, bundle);
+        }
+    }
     if credentials.iter().any(|c| c.file.env_name.is_none()) {
         cmd.env("TOOLGATE_CREDENTIALS_DIR", credentials_dir);
     }

@@ -43,7 +43,16 @@ pub async fn execute(
     if let Some(socket) = &spec.egress_proxy {
         crate::egress::start_relay(socket).await?;
     }
-    let redactor = Redactor::new(credentials.iter().map(|c| c.value.as_bytes()));
+    if let Some(bundle) = &spec.egress_ca_bundle {
+        crate::egress::trust_bundle(bundle)?;
+    }
+    // A placeholder is not a secret: the tool may show it, and its words are not redacted.
+    let redactor = Redactor::new(
+        credentials
+            .iter()
+            .filter(|c| !c.file.placeholder)
+            .map(|c| c.value.as_bytes()),
+    );
     let store = ArtifactStore::open(&spec.artifacts)?;
     let started = Instant::now();
     let before = (!spec.write_roots.is_empty()).then(|| effects::snapshot(&spec.write_roots));

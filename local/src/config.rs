@@ -35,4 +35,7 @@ pub struct Config {
     /// The nameservers each call's egress proxy resolves names with; empty: the system's
     /// resolver (`/etc/resolv.conf`).
     pub egress_nameservers: Vec<std::net::SocketAddr>,
+    /// CA certificates (PEM files) the egress proxies trust, beside the system's roots, for the
+    /// upstreams whose TLS they intercept to deliver a credential.
+    pub egress_upstream_ca: Vec<PathBuf>,
 }

@@ -45,12 +45,24 @@ pub(crate) fn sandbox_plan(
             env: &env,
             private: &private,
             timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
+            // A proxy-delivered credential reaches its hosts only through the proxy, whoever
+            // the client is.
             executor_is_the_only_client: toolgate_core::exec::executor_is_the_only_client(
                 &target.tool.spec.execution,
-            ),
+            ) && !target
+                .binding
+                .is_some_and(|(_, b)| b.delivery.mode == toolgate_crds::DeliveryMode::Proxy),
         },
     )?;
     plan.layers = Some(crate::slot::layers_folder(&config.data));
+    if let Some((name, binding)) = target.binding
+        && binding.delivery.mode == toolgate_crds::DeliveryMode::Proxy
+        && plan.network != Network::Proxied
+    {
+        return Err(toolgate_sandbox::ResolveError::ProxiedCredential(
+            name.to_string(),
+        ));
+    }
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
 
@@ -103,15 +115,42 @@ pub(crate) fn place(
     if plan.network == Network::Proxied {
         spec.egress_proxy = Some(slot.egress_socket().1.display().to_string());
     }
+    // A proxy-delivered credential: the sandbox gets a placeholder, and trusts this call's CA
+    // for the binding's hosts, whose TLS the proxy intercepts to swap it for the value.
+    let proxied = match target.binding {
+        Some((_, b)) if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy => {
+            let interception = intercept(config, &slot)
+                .map_err(|e| io("the call's egress certificate authority", &e))?;
+            spec.egress_ca_bundle = Some(slot.egress_ca().1.display().to_string());
+            Some((toolgate_egress::Injection::placeholder(), interception))
+        }
+        _ => None,
+    };
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
     std::fs::write(slot.spec_path(), json).map_err(|e| io("writing the call spec", &e))?;
     slot.make_namespace_folder(&rec.namespace);
-    let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued)?;
+    let placeholder = proxied.as_ref().map(|(p, _)| p.as_str());
+    let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued, placeholder)?;
     // Served before the executor reads its spec (at its go), knowing the credential it keeps
-    // out of its records.
+    // out of its records (and, for a proxy-delivered one, swaps in).
+    let injection = match (proxied, &secret, target.binding) {
+        (Some((placeholder, interception)), Some(value), Some((_, binding))) => {
+            binding.delivery.proxy.as_ref().map(|delivery| {
+                (
+                    toolgate_egress::Injection::new(
+                        placeholder,
+                        value.expose().to_string(),
+                        delivery,
+                    ),
+                    interception,
+                )
+            })
+        }
+        _ => None,
+    };
     let egress = match plan.network {
         Network::Proxied => Some(
-            serve_egress(config, target.policy, &slot, secret.as_ref())
+            serve_egress(config, target.policy, &slot, secret.as_ref(), injection)
                 .map_err(|e| io("the call's egress proxy", &e))?,
         ),
         Network::None | Network::Host => None,
@@ -133,6 +172,7 @@ fn serve_egress(
     policy: &toolgate_crds::SandboxPolicySpec,
     slot: &Slot,
     secret: Option<&crate::broker::Secret>,
+    injection: Option<(toolgate_egress::Injection, toolgate_egress::Interception)>,
 ) -> Result<toolgate_egress::Served, String> {
     let rules = toolgate_contract::egress::EgressRules::from_policy(&policy.network)
         .map_err(|e| e.to_string())?;
@@ -144,7 +184,45 @@ fn serve_egress(
         .and_then(tokio::net::UnixListener::from_std)
         .map_err(|e| format!("{}: {e}", host.display()))?;
     let redactor = toolgate_core::redact::Redactor::new(secret.map(|s| s.expose().as_bytes()));
-    Ok(toolgate_egress::Proxy::new(rules, resolver, redactor).serve_unix(listener))
+    let mut proxy = toolgate_egress::Proxy::new(rules, resolver, redactor);
+    if let Some((injection, interception)) = injection {
+        proxy = proxy.with_injection(injection, interception);
+    }
+    Ok(proxy.serve_unix(listener))
+}
+
+/// The system's CA bundle, which a call's trust bundle extends with its own CA.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// A CA for this call alone, and the bundle its sandbox trusts written in its run folder (the
+/// system's roots and that CA).
+fn intercept(config: &Config, slot: &Slot) -> Result<toolgate_egress::Interception, String> {
+    let upstream = upstream_tls(&config.egress_upstream_ca)?;
+    let interception = toolgate_egress::Interception::new(upstream).map_err(|e| e.to_string())?;
+    let (host, _) = slot.egress_ca();
+    std::fs::write(
+        &host,
+        interception.trust_bundle(Path::new(SYSTEM_CA_BUNDLE)),
+    )
+    .map_err(|e| format!("{}: {e}", host.display()))?;
+    Ok(interception)
+}
+
+/// How the egress proxies verify the upstreams they intercept for: made once per set of CA
+/// files (loading the system's roots reads every certificate in them).
+fn upstream_tls(extra: &[PathBuf]) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    type Made = std::collections::HashMap<Vec<PathBuf>, std::sync::Arc<rustls::ClientConfig>>;
+    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
+    let mut made = MADE
+        .lock()
+        .map_err(|_| "the upstream TLS cache".to_string())?;
+    let made = made.get_or_insert_with(Made::new);
+    if let Some(config) = made.get(extra) {
+        return Ok(config.clone());
+    }
+    let config = toolgate_egress::upstream_tls(extra).map_err(|e| e.to_string())?;
+    made.insert(extra.to_vec(), config.clone());
+    Ok(config)
 }
 
 /// The executor's input for the call, as it sees the sandbox.
@@ -239,6 +317,7 @@ fn deliver(
     spec: &toolgate_core::exec::ExecSpec,
     creds_dir: &Path,
     issued: Option<Issue>,
+    placeholder: Option<&str>,
 ) -> Result<(Option<crate::broker::Secret>, Credential), Vec<Step>> {
     let Some((name, _)) = target.binding else {
         return Ok((None, Credential::NotRequired));
@@ -276,7 +355,10 @@ fn deliver(
         .create_new(true)
         .mode(0o400)
         .open(creds_dir.join(&file))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, issued.value.expose().as_bytes()))
+        .and_then(|mut f| {
+            let delivered = placeholder.unwrap_or(issued.value.expose());
+            std::io::Write::write_all(&mut f, delivered.as_bytes())
+        })
         .map_err(|e| {
             cannot_run(
                 SANDBOX_PREPARED,
@@ -288,7 +370,12 @@ fn deliver(
         Some(issued.value),
         Credential::Issued {
             binding: name.to_string(),
-            delivered: format!("as file {file}"),
+            delivered: match placeholder {
+                Some(_) => format!(
+                    "as a placeholder in file {file}; the call's egress proxy sends the value"
+                ),
+                None => format!("as file {file}"),
+            },
             ttl_seconds: u64::from(issued.ttl_seconds),
             leased: issued.lease.is_some(),
         },

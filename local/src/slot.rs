@@ -208,6 +208,15 @@ impl Slot {
         )
     }
 
+    /// The CA bundle of the call's TLS clients when its egress proxy intercepts: on the host,
+    /// and as the sandbox sees it.
+    pub(crate) fn egress_ca(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.join("egress-ca.pem"),
+            self.inside.join("egress-ca.pem"),
+        )
+    }
+
     /// Where the call's credential goes (removed the moment the sandbox is gone).
     pub(crate) fn credentials(&self) -> PathBuf {
         self.dir.join("credentials")

@@ -181,6 +181,7 @@ fn hostile_proposals_are_refused_by_field_and_touch_nothing_outside_the_data_fol
             tracer: Default::default(),
             runs: None,
             egress_nameservers: Vec::new(),
+            egress_upstream_ca: Vec::new(),
         }))
         .expect("runtime starts");
     let service = Service::new(Arc::new(runtime), Arc::new(Fixer));

@@ -581,6 +581,7 @@ async fn a_named_run_folder_keeps_what_else_is_in_it() {
         tracer: Default::default(),
         runs: Some(parent.clone()),
         egress_nameservers: Vec::new(),
+        egress_upstream_ca: Vec::new(),
     })
     .await
     .expect("starts");

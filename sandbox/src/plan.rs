@@ -222,6 +222,11 @@ pub enum ResolveError {
     /// An egress rule the proxy cannot read.
     #[error(transparent)]
     Egress(#[from] toolgate_contract::egress::RuleError),
+    /// A credential the egress proxy delivers, for a sandbox without one.
+    #[error(
+        "network.egress: CredentialBinding {0} is delivered by the call's egress proxy (delivery.mode: proxy), which only a sandbox with egress: allowlist has"
+    )]
+    ProxiedCredential(String),
     /// A runtime class asks for stronger isolation than namespaces.
     #[error(
         "runtimeClassName: {0:?} asks for a stronger runtime than the embedded sandbox gives; refusing to run with weaker isolation (run on a cluster with that RuntimeClass)"

@@ -143,6 +143,20 @@ async fn broker(
     let Some((binding, b)) = target.binding else {
         return (Credential::NotRequired, None);
     };
+    // Delivered as a file, a proxy-delivered value would sit in the sandbox its binding keeps
+    // it out of: refused before anything is issued.
+    if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy {
+        return (
+            Credential::Failed {
+                binding: binding.into(),
+                reason: toolgate_crds::conditions::reason::DELIVERY_UNSUPPORTED,
+                error: format!(
+                    "CredentialBinding {binding} has delivery.mode: proxy, which needs the call's egress proxy; call pods on a cluster have none yet (toolgate local has), so the value would enter the sandbox: use mode file or env here"
+                ),
+            },
+            None,
+        );
+    }
     let request = toolgate_broker::Request {
         namespace: ns,
         name: binding,
