@@ -75,10 +75,11 @@ pub struct ExecSpec {
     /// installed them before the executor.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub seccomp_inherited: bool,
-    /// The call's egress proxy, as a socket inside the sandbox: the sandbox's network has
-    /// loopback only, and the executor relays its tool's proxied connections (`HTTPS_PROXY`,
-    /// `HTTP_PROXY` on loopback) to this socket, where the runtime decides each one. Absent
-    /// where the policy's egress is `none`, `open`, or checked by the executor's own client.
+    /// The call's egress proxy: a socket inside the sandbox (the embedded runtime's sandbox has
+    /// loopback only, and the executor relays its tool's proxied connections — `HTTPS_PROXY`,
+    /// `HTTP_PROXY` on loopback — to it), or `http://host:port` (a cluster's, which the pod's
+    /// NetworkPolicy admits and nothing else). Absent where the policy's egress is `none`,
+    /// `open`, or checked by the executor's own client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_proxy: Option<String>,
     /// The CA bundle the tool's TLS clients trust when the egress proxy intercepts TLS to
@@ -319,3 +320,19 @@ pub fn executor_is_the_only_client(execution: &toolgate_crds::Execution) -> bool
 
 /// The variable a tool's process finds its call's trace context in.
 pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+
+/// The longest message a result's error carries (`status.result.error.message`).
+pub const ERROR_MESSAGE_MAX: usize = 2048;
+
+/// A failed result's error message followed by `note` (what the runtime knows of the failure
+/// that the tool could not say: a write quota used up, connections its egress proxy refused),
+/// the note said whole and the tool's message cut to make room. A result that succeeded is left
+/// as it is.
+pub fn note_failure(result: &mut toolgate_crds::CallResult, note: &str) {
+    if result.status != toolgate_crds::ResultStatus::Success
+        && let Some(error) = result.error.as_mut()
+    {
+        let room = ERROR_MESSAGE_MAX.saturating_sub(note.len() + 2);
+        error.message = format!("{}; {note}", crate::text::cut(&error.message, room));
+    }
+}

@@ -19,5 +19,5 @@ mod resolve;
 
 pub use inject::{Injection, InterceptError, Interception, upstream_tls};
 pub use proxy::{Proxy, Served};
-pub use record::{Decision, Record, Records, observe, refusals};
+pub use record::{Decision, Record, Records, fold, observe, refusals};
 pub use resolve::{Resolver, ResolverError};

@@ -42,9 +42,15 @@ pub struct Proxy {
 pub struct Served {
     records: Records,
     task: tokio::task::JoinHandle<()>,
+    port: u16,
 }
 
 impl Served {
+    /// The TCP port it serves on (0 for a socket).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The records so far (and how many were dropped past the cap).
     pub fn records(&self) -> (Vec<Record>, u64) {
         self.records.snapshot()
@@ -127,18 +133,27 @@ impl Proxy {
                 self.spawn(stream);
             }
         });
-        Served { records, task }
+        Served {
+            records,
+            task,
+            port: 0,
+        }
     }
 
     /// Serve every connection of a TCP `listener` until the returned handle is dropped.
     pub fn serve_tcp(self, listener: tokio::net::TcpListener) -> Served {
         let records = self.records.clone();
+        let port = listener.local_addr().map_or(0, |a| a.port());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 self.spawn(stream);
             }
         });
-        Served { records, task }
+        Served {
+            records,
+            task,
+            port,
+        }
     }
 
     fn spawn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(&self, stream: S) {

@@ -188,3 +188,12 @@ pub fn refusals(records: &[Record], dropped: u64) -> Option<String> {
         )
     })
 }
+
+/// Fold a finished call's records into its result ([`observe`]) and, when it failed, say in its
+/// error what the proxy refused ([`refusals`]).
+pub fn fold(result: &mut toolgate_crds::CallResult, records: &[Record], dropped: u64) {
+    observe(result, records);
+    if let Some(note) = refusals(records, dropped) {
+        toolgate_contract::exec::note_failure(result, &note);
+    }
+}

@@ -44,8 +44,18 @@ pub(crate) const CA_BUNDLE_VARIABLES: &[&str] = &[
 /// out and an exempted host would just fail.
 pub(crate) const NO_PROXY_VARIABLES: &[&str] = &["NO_PROXY", "no_proxy"];
 
+/// The tool's way to the call's proxy for the rest of this process: a proxy the pod reaches
+/// directly (`http://host:port`, a cluster's: the pod's NetworkPolicy admits it and nothing
+/// else), or a relay on the sandbox's loopback to the proxy's `socket` (the embedded runtime's).
+pub(crate) async fn start(proxy: &str) -> Result<&'static str, ExecError> {
+    if proxy.starts_with("http://") {
+        return Ok(PROXY_URL.get_or_init(|| proxy.to_string()));
+    }
+    start_relay(proxy).await
+}
+
 /// Start relaying to the proxy's `socket` for the rest of this process; its URL from then on.
-pub(crate) async fn start_relay(socket: &str) -> Result<&'static str, ExecError> {
+async fn start_relay(socket: &str) -> Result<&'static str, ExecError> {
     let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
         ExecError::Unrunnable(format!("the egress relay on the sandbox's loopback: {e}"))
     })?;

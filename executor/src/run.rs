@@ -41,7 +41,7 @@ pub async fn execute(
         None => None,
     };
     if let Some(socket) = &spec.egress_proxy {
-        crate::egress::start_relay(socket).await?;
+        crate::egress::start(socket).await?;
     }
     if let Some(bundle) = &spec.egress_ca_bundle {
         crate::egress::trust_bundle(bundle)?;

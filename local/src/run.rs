@@ -213,9 +213,6 @@ async fn run_placed(rt: &Runtime, rec: CallRecord, mut p: Placed) -> Result<(), 
     Ok(())
 }
 
-/// The longest message a result's error carries (`status.result.error.message`).
-const ERROR_MESSAGE_MAX: usize = 2048;
-
 /// A run's outcome with its egress proxy's records folded in (the proxy stopped): what the call
 /// reached and what was refused, and for a failed call, why.
 fn with_egress_observed(
@@ -227,27 +224,15 @@ fn with_egress_observed(
     };
     let (records, dropped) = served.records();
     drop(served);
-    let note = toolgate_egress::refusals(&records, dropped);
-    match (outcome, note) {
-        (Ok((mut result, elapsed)), note) => {
-            toolgate_egress::observe(&mut result, &records);
-            if let Some(note) = note {
-                with_note(&mut result, &note);
-            }
+    match outcome {
+        Ok((mut result, elapsed)) => {
+            toolgate_egress::fold(&mut result, &records, dropped);
             Ok((result, elapsed))
         }
-        (Err(message), Some(note)) => Err(format!("{message}; {note}")),
-        (Err(message), None) => Err(message),
-    }
-}
-
-/// A failed result's error message followed by `note`, said whole (the message cut to make room).
-fn with_note(result: &mut CallResult, note: &str) {
-    if result.status != toolgate_crds::ResultStatus::Success
-        && let Some(error) = result.error.as_mut()
-    {
-        let room = ERROR_MESSAGE_MAX.saturating_sub(note.len() + 2);
-        error.message = format!("{}; {note}", toolgate_core::text::cut(&error.message, room));
+        Err(message) => match toolgate_egress::refusals(&records, dropped) {
+            Some(note) => Err(format!("{message}; {note}")),
+            None => Err(message),
+        },
     }
 }
 
@@ -270,7 +255,7 @@ fn with_writes_kept(
     );
     match outcome {
         Ok((mut result, elapsed)) => {
-            with_note(&mut result, &quota);
+            toolgate_contract::exec::note_failure(&mut result, &quota);
             Ok((result, elapsed))
         }
         Err(message) => Err(format!("{message}; {quota}")),

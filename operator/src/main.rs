@@ -15,6 +15,7 @@ mod cache;
 mod call;
 mod delegation;
 mod descriptor;
+mod egress;
 mod grant;
 mod kit;
 mod mcp_server;
@@ -95,6 +96,21 @@ struct Args {
     /// Service's virtual IP and calls' policies allow the endpoint but not the virtual IP).
     #[arg(long = "egress-probe")]
     egress_probes: Vec<std::net::SocketAddr>,
+    /// Serve an egress proxy per call whose process tool may reach domains
+    /// (`egress: allowlist` with `allowDomains`), at this address of the operator's: the call's
+    /// pod may reach that address on its proxy's port and nothing else. The operator pod's IP
+    /// (the chart passes it); without it such calls are refused, as a NetworkPolicy cannot
+    /// name domains.
+    #[arg(long)]
+    egress_proxy_address: Option<std::net::IpAddr>,
+    /// The address the egress proxies listen on, when it is not `--egress-proxy-address` (a
+    /// NAT in between).
+    #[arg(long, requires = "egress_proxy_address")]
+    egress_proxy_listen: Option<std::net::IpAddr>,
+    /// A nameserver (`ip:port`, repeatable) the egress proxies resolve names with, instead of
+    /// the system's resolver.
+    #[arg(long = "egress-nameserver", requires = "egress_proxy_address")]
+    egress_nameservers: Vec<std::net::SocketAddr>,
     /// A directory for artifacts, shared with the node (single-node and test clusters).
     #[arg(long)]
     artifacts_dir: Option<std::path::PathBuf>,
@@ -219,6 +235,13 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
             within_ms: args.egress_gate_ms,
         },
         keep_failed_pods: std::time::Duration::from_secs(args.keep_failed_pods_seconds),
+        egress: std::sync::Arc::new(egress::EgressProxies::new(args.egress_proxy_address.map(
+            |advertise| egress::EgressConfig {
+                listen: args.egress_proxy_listen.unwrap_or(advertise),
+                advertise,
+                nameservers: args.egress_nameservers.clone(),
+            },
+        ))),
         tracer: match &args.otlp_endpoint {
             Some(e) => toolgate_api::trace::CallTracer::otlp(e, "toolgate-operator")?,
             None => Default::default(),

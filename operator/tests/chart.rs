@@ -67,6 +67,10 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
             "egressGate.timeoutMs=45000",
             "--set",
             "egressGate.probes={10.96.0.7:6443}",
+            "--set",
+            "egressProxy.enabled=true",
+            "--set",
+            "egressProxy.nameservers={10.96.0.10:53}",
         ],
     ] {
         let mut args = vec!["--namespace", ns, "--include-crds"];
@@ -126,9 +130,26 @@ fn the_chart_lints_renders_and_the_api_server_accepts_it() {
             assert!(args.contains(&"--namespace=team-a"), "{args:?}");
             assert!(args.contains(&"--egress-gate-ms=45000"), "{args:?}");
             assert!(args.contains(&"--egress-probe=10.96.0.7:6443"), "{args:?}");
+            assert!(
+                args.contains(&"--egress-proxy-address=$(POD_IP)")
+                    && args.contains(&"--egress-nameserver=10.96.0.10:53"),
+                "{args:?}"
+            );
+            let np = docs
+                .iter()
+                .find(|d| d["kind"] == "NetworkPolicy")
+                .expect("the operator's NetworkPolicy");
+            assert_eq!(
+                np["spec"]["ingress"][1]["ports"][0]["endPort"], 60999,
+                "{np}"
+            );
         } else {
             // The gate is on by default, probing the API server the operator reaches.
             assert!(args.contains(&"--egress-gate-ms=30000"), "{args:?}");
+            assert!(
+                !args.iter().any(|a| a.starts_with("--egress-proxy")),
+                "no egress proxy unless asked: {args:?}"
+            );
             assert!(
                 !args.iter().any(|a| a.starts_with("--egress-probe")),
                 "{args:?}"

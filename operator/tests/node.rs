@@ -623,3 +623,124 @@ fn fifty_calls_survive_an_operator_killed_at_random_with_real_pods() {
     }
     support::wait_children_gone(&ns, Duration::from_secs(90));
 }
+
+/// A process tool under a domain allowlist on the real node: its pod reaches its call's egress
+/// proxy (served by the operator) and nothing else. Through it, an allowed name answers and a
+/// name the policy does not list is refused with the proxy's reason; around it, the same
+/// upstream's address is not reached. The proxy resolves with a DNS server the suite runs.
+#[test]
+fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
+    if !have_cluster() || !node::have_node() {
+        return;
+    }
+    let (inside, _) = node::test_hosts();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let upstream = rt
+        .block_on(toolgate_testkit::upstream::start(&inside))
+        .expect("an upstream on a test host");
+    let ip: std::net::IpAddr = inside.parse().expect("test host address");
+    let dns = rt
+        .block_on(toolgate_testkit::dns::DnsServer::start(vec![
+            ("allowed.test", vec![ip]),
+            ("denied.test", vec![ip]),
+        ]))
+        .expect("dns");
+    let host = node::host_ip();
+    let nameserver = dns.addr().to_string();
+    let Some(n) = node_with_args(
+        "tg-node-proxy",
+        None,
+        Some(node::probe_image()),
+        &[
+            "--egress-proxy-address",
+            &host,
+            "--egress-nameserver",
+            &nameserver,
+        ],
+    ) else {
+        return;
+    };
+    let ns = &n.ns;
+    let port = upstream.port();
+    let docs = [
+        network_policy(
+            ns,
+            "net-names",
+            &format!(
+                "{{egress: allowlist, allowDomains: [\"allowed.test:{port}\"], allowCidrs: [\"{inside}/32\"]}}"
+            ),
+        ),
+        Tool::test("proxy.get")
+            .argv("[tcp-probe, proxy-get, \"{{msg}}\"]")
+            .policy("net-names")
+            .summary("Fetches a URL through the call's egress proxy.")
+            .yaml(ns),
+        Tool::test("proxy.direct")
+            .argv("[tcp-probe, connect, \"{{msg}}\", \"1500\"]")
+            .policy("net-names")
+            .summary("Tries one TCP connection around the proxy.")
+            .yaml(ns),
+        fixtures::grant(ns, "proxy-tools", &["proxy.get", "proxy.direct"]),
+    ];
+    ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
+    let cases = [
+        (
+            "allowed",
+            "proxy.get",
+            format!("http://allowed.test:{port}/hello"),
+        ),
+        (
+            "denied",
+            "proxy.get",
+            format!("http://denied.test:{port}/hello"),
+        ),
+        ("around", "proxy.direct", format!("{inside}:{port}")),
+    ];
+    for (name, tool, target) in &cases {
+        propose(ns, name, tool, &format!("{{msg: \"{target}\"}}"));
+    }
+    for (name, _, _) in &cases {
+        wait_for(
+            ns,
+            &format!("toolcall/{name}"),
+            "{.status.phase}",
+            &["Succeeded", "Failed"],
+        );
+    }
+    let allowed = preview(ns, "allowed");
+    assert!(
+        allowed.contains("hello from upstream; request line GET /hello HTTP/1.1"),
+        "{allowed}"
+    );
+    let denied = preview(ns, "denied");
+    assert!(denied.contains("HTTP/1.1 403"), "{denied}");
+    assert!(
+        denied.contains("is not among the sandbox's allowed domains"),
+        "{denied}"
+    );
+    let around = preview(ns, "around");
+    assert!(
+        ["refused", "timed out"].contains(&around.trim()),
+        "around the proxy: {around}"
+    );
+    // The call's result says what its proxy let through and what it refused.
+    let effects = |call: &str| {
+        jsonpath(
+            ns,
+            &format!("toolcall/{call}"),
+            "{.status.result.effectsObserved}",
+        )
+    };
+    assert!(
+        effects("allowed").contains(&format!("GET allowed.test:{port}/hello")),
+        "{}",
+        effects("allowed")
+    );
+    assert!(
+        effects("denied").contains("(domain-not-allowed)"),
+        "{}",
+        effects("denied")
+    );
+    drop(n);
+    drop(rt);
+}

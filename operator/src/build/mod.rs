@@ -10,7 +10,9 @@ mod pod;
 #[cfg(test)]
 mod tests;
 
-pub use network::{ArtifactEgress, EgressGateConfig, executor_ports, network_policy};
+pub use network::{
+    ArtifactEgress, EgressGateConfig, executor_ports, network_policy, network_policy_through,
+};
 pub use pod::{PodInput, executor_terminated, pod};
 
 use k8s_openapi::ByteString;
@@ -53,7 +55,7 @@ pub const PRIVATE_V6: &[&str] = &["fc00::/7", "fe80::/10", "::1/128"];
 pub enum BuildError {
     /// A domain allowlist for a process that opens its own connections.
     #[error(
-        "network.egress: a NetworkPolicy cannot allow domains ({0}); on a cluster only the http adapter, whose executor checks every request, may use a domain allowlist (toolgate local sends a process tool's connections through a per-call egress proxy; use allowCidrs here)"
+        "network.egress: a NetworkPolicy cannot allow domains ({0}), and this operator serves no egress proxy (start it with --egress-proxy-address); only the http adapter, whose executor checks every request, may use a domain allowlist without one"
     )]
     DomainsForProcess(String),
 }

@@ -198,6 +198,20 @@ pub fn network_policy(
     executor_ports: Option<&[i32]>,
     artifact_store: &ArtifactEgress,
 ) -> Result<NetworkPolicy, BuildError> {
+    network_policy_through(o, policy, executor_ports, artifact_store, None)
+}
+
+/// [`network_policy`] for a call whose egress by name goes through an egress proxy at `proxy`
+/// (a process tool under a domain allowlist): its pod may reach the proxy's address and port
+/// and nothing else (but the artifact store), whatever the allowlist names — the proxy decides
+/// names and CIDRs alike, as in the embedded runtime, and a tool cannot go around it.
+pub fn network_policy_through(
+    o: &Owner<'_>,
+    policy: &SandboxPolicySpec,
+    executor_ports: Option<&[i32]>,
+    artifact_store: &ArtifactEgress,
+    proxy: Option<std::net::SocketAddr>,
+) -> Result<NetworkPolicy, BuildError> {
     let net = &policy.network;
     let (v4_except, v6_except): (&[&str], &[&str]) = if net.deny_private_networks {
         (PRIVATE_V4, PRIVATE_V6)
@@ -216,6 +230,23 @@ pub fn network_policy(
             },
             dns_rule(),
         ],
+        EgressMode::Allowlist if executor_ports.is_none() && !net.allow_domains.is_empty() => {
+            let Some(proxy) = proxy else {
+                return Err(BuildError::DomainsForProcess(net.allow_domains.join(", ")));
+            };
+            let cidr = match proxy.ip() {
+                std::net::IpAddr::V4(ip) => format!("{ip}/32"),
+                std::net::IpAddr::V6(ip) => format!("{ip}/128"),
+            };
+            vec![NetworkPolicyEgressRule {
+                to: Some(vec![ip_peer(&cidr, &[])]),
+                ports: Some(vec![NetworkPolicyPort {
+                    protocol: Some("TCP".into()),
+                    port: Some(IntOrString::Int(i32::from(proxy.port()))),
+                    ..Default::default()
+                }]),
+            }]
+        }
         EgressMode::Allowlist => {
             let mut rules = Vec::new();
             if !net.allow_cidrs.is_empty() {

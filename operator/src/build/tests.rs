@@ -303,6 +303,43 @@ fn network_policies_per_egress_mode() {
 }
 
 #[test]
+fn a_process_tool_under_a_domain_allowlist_reaches_its_proxy_and_nothing_else() {
+    let domains = policy(serde_json::json!({
+        "egress": "allowlist",
+        "allowDomains": ["api.github.com"],
+        "allowCidrs": ["203.0.113.0/24"],
+    }));
+    let proxy: std::net::SocketAddr = "10.1.2.3:31337".parse().expect("addr");
+    let np = super::network_policy_through(
+        &OWNER,
+        &domains,
+        None,
+        &ArtifactEgress::default(),
+        Some(proxy),
+    )
+    .expect("policy");
+    let rules = np.spec.expect("spec").egress.expect("egress");
+    // One rule: the proxy's address and port. Not the CIDR (the proxy decides it), not DNS.
+    assert_eq!(rules.len(), 1, "{rules:#?}");
+    let to = rules[0].to.as_ref().expect("to");
+    assert_eq!(to.len(), 1);
+    assert_eq!(to[0].ip_block.as_ref().expect("block").cidr, "10.1.2.3/32");
+    let ports = rules[0].ports.as_ref().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].port, Some(IntOrString::Int(31337)));
+    // The executor's own client (http adapter) keeps its direct rules.
+    let http = super::network_policy_through(
+        &OWNER,
+        &domains,
+        Some(&[443]),
+        &ArtifactEgress::default(),
+        Some(proxy),
+    )
+    .expect("policy");
+    assert!(http.spec.expect("spec").egress.expect("egress").len() > 1);
+}
+
+#[test]
 fn the_artifact_store_stays_reachable_even_with_egress_none_on_its_port_only() {
     let np = network_policy(
         &OWNER,

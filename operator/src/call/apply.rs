@@ -34,7 +34,25 @@ pub(super) async fn start(
         namespace: ns,
         uid: &uid,
     };
-    let sandbox = match prepare(ctx, call, &owner, &run.target).await? {
+    // A process tool under a domain allowlist reaches the network through its own proxy: a
+    // port held now, named by the NetworkPolicy, served once the credential is known.
+    let proxy = if plan::needs_proxy(&run.target) && ctx.config.egress.configured() {
+        match ctx.config.egress.reserve(&uid) {
+            Ok(addr) => Some(addr),
+            Err(e) => {
+                let steps = cannot_run(
+                    SANDBOX_PREPARED,
+                    reason::SANDBOX_SETUP_FAILED,
+                    e.to_string(),
+                );
+                ctx.record(call, &mut status, &steps).await?;
+                return Ok(Action::await_change());
+            }
+        }
+    } else {
+        None
+    };
+    let sandbox = match prepare(ctx, call, &owner, &run.target, proxy).await? {
         Ok(s) => s,
         Err(steps) => {
             ctx.record(call, &mut status, &steps).await?;
@@ -43,6 +61,21 @@ pub(super) async fn start(
     };
     let described = plan::described(call, &run.target, &sandbox.spec);
     let (credential, issued) = broker(ctx, ns, &run.target, &sandbox.spec).await;
+    if proxy.is_some() {
+        let secret: Vec<&[u8]> = issued
+            .iter()
+            .map(|(_, v, _)| v.expose().as_bytes())
+            .collect();
+        if let Err(e) = ctx.config.egress.serve(&uid, run.target.policy, &secret) {
+            let steps = cannot_run(
+                SANDBOX_PREPARED,
+                reason::SANDBOX_SETUP_FAILED,
+                e.to_string(),
+            );
+            ctx.record(call, &mut status, &steps).await?;
+            return Ok(Action::await_change());
+        }
+    }
     let children = plan::children(
         &owner,
         &run.target,
@@ -95,6 +128,7 @@ async fn prepare(
     call: &ToolCall,
     owner: &Owner<'_>,
     target: &RunTarget<'_>,
+    proxy: Option<std::net::SocketAddr>,
 ) -> Result<Result<plan::Sandbox, Vec<Step>>, Error> {
     let sandbox = match plan::sandbox(
         owner,
@@ -102,6 +136,7 @@ async fn prepare(
         toolgate_api::trace::call_traceparent(&super::traced(call)),
         target,
         &ctx.config,
+        proxy,
     ) {
         Ok(s) => s,
         Err(steps) => return Ok(Err(steps)),

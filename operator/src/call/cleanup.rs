@@ -22,6 +22,12 @@ pub(super) async fn finish(
     status: &ToolCallStatus,
 ) -> Result<Action, Error> {
     let name = call.name_any();
+    // A call that ended without its pod's end observed (cancelled, timed out) still held a
+    // proxy: released.
+    let _ = ctx
+        .config
+        .egress
+        .finish(call.metadata.uid.as_deref().unwrap_or_default());
     let failed = status.phase == Some(CallPhase::Failed);
     let keep_until = status
         .runtime

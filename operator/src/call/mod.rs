@@ -72,6 +72,8 @@ pub struct CallConfig {
     pub egress_gate: crate::build::EgressGateConfig,
     /// How long a failed call's pod is kept for debugging.
     pub keep_failed_pods: Duration,
+    /// The calls' egress proxies (process tools under a domain allowlist).
+    pub egress: Arc<crate::egress::EgressProxies>,
     /// Where call spans go (nowhere by default).
     pub tracer: toolgate_api::trace::CallTracer,
 }
@@ -284,7 +286,7 @@ async fn advance(call: &ToolCall, ctx: &Context, ns: &str) -> Result<Action, Err
                 &snap,
                 &call_of(call, &name, ns, &current),
                 &mut status,
-                |t| plan::placeable(&owner, t, &ctx.config.artifact_egress),
+                |t| plan::placeable(&owner, t, &ctx.config),
             );
             ctx.record(call, &mut status, &steps).await?;
             Ok(Action::requeue(Duration::from_millis(100)))

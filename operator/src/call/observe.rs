@@ -60,8 +60,16 @@ pub(super) async fn observe(
             .as_ref()
             .and_then(|r| r.error.as_ref())
             .is_some_and(|e| e.code == "terminated");
+    // The call's egress proxy ends with its pod; what it recorded joins the result.
+    let egress = ctx
+        .config
+        .egress
+        .finish(call.metadata.uid.as_deref().unwrap_or_default());
     let steps = match result {
-        Some(result) if !stopped_by_its_pod => {
+        Some(mut result) if !stopped_by_its_pod => {
+            if let Some((records, dropped)) = &egress {
+                toolgate_egress::fold(&mut result, records, *dropped);
+            }
             if let Some(r) = status.runtime.as_mut() {
                 let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
                     t.and_then(|t| kube_time(&t.0))

@@ -16,13 +16,19 @@ use crate::build::{self, Owner, PodInput};
 pub(crate) fn placeable(
     owner: &Owner<'_>,
     target: &RunTarget<'_>,
-    artifact_egress: &build::ArtifactEgress,
+    config: &CallConfig,
 ) -> Result<(), String> {
-    build::network_policy(
+    // Where a proxy would serve the call (its port is held only when it starts).
+    let proxy = config
+        .egress
+        .configured()
+        .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
+    build::network_policy_through(
         owner,
         target.policy,
         build::executor_ports(&target.tool.spec.execution).as_deref(),
-        artifact_egress,
+        &config.artifact_egress,
+        proxy,
     )
     .map_err(|e| e.to_string())?;
     toolgate_core::exec::confinement(target.policy).map_err(|e| e.to_string())?;
@@ -39,12 +45,22 @@ pub(crate) struct Sandbox {
 
 /// The call's sandbox on the cluster, or the steps that end the call when the policy cannot be
 /// honoured.
+/// Whether a call's tool reaches the network only through an egress proxy: a process tool (not
+/// the executor's own client) under a domain allowlist.
+pub(crate) fn needs_proxy(target: &RunTarget<'_>) -> bool {
+    let net = &target.policy.network;
+    net.egress == toolgate_crds::EgressMode::Allowlist
+        && !net.allow_domains.is_empty()
+        && build::executor_ports(&target.tool.spec.execution).is_none()
+}
+
 pub(crate) fn sandbox(
     owner: &Owner<'_>,
     call: &ToolCallSpec,
     traceparent: String,
     target: &RunTarget<'_>,
     config: &CallConfig,
+    proxy: Option<std::net::SocketAddr>,
 ) -> Result<Sandbox, Vec<Step>> {
     let refused = |e: String| {
         cannot_run(
@@ -53,11 +69,12 @@ pub(crate) fn sandbox(
             format!("SandboxPolicy {}: {e}", target.policy_name),
         )
     };
-    let network_policy = build::network_policy(
+    let network_policy = build::network_policy_through(
         owner,
         target.policy,
         build::executor_ports(&target.tool.spec.execution).as_deref(),
         &config.artifact_egress,
+        proxy,
     )
     .map_err(|e| refused(e.to_string()))?;
     // The policy's roots and blocked paths, enforced by the executor with Landlock: the pod has
@@ -86,6 +103,7 @@ pub(crate) fn sandbox(
         confinement: Some(confinement.clone()),
     });
     spec.egress_gate = config.egress_gate.for_policy(&network_policy);
+    spec.egress_proxy = proxy.map(|addr| format!("http://{addr}"));
     Ok(Sandbox {
         network_policy,
         spec,

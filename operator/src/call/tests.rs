@@ -164,6 +164,7 @@ fn context(objects: Vec<serde_json::Value>) -> (Arc<Context>, Log, tokio::task::
             artifact_egress: Default::default(),
             egress_gate: Default::default(),
             keep_failed_pods: Duration::from_secs(0),
+            egress: Arc::default(),
             tracer: Default::default(),
         },
         metrics: Arc::default(),

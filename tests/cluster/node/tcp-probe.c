@@ -3,6 +3,8 @@
  *       prints connected, refused, timed out or unreachable (exit 0: the outcome is the
  *       answer), AFTER_MS after it starts (default: at once)
  *   tcp-probe listen PORT                       answers every connection with "hello\n"
+ *   tcp-probe proxy-get http://HOST:PORT/PATH    GET through the proxy HTTP_PROXY names
+ *       (http://ADDRESS:PORT), printing the answer, or why there is none (exit 0)
  * The suite only ever points it at addresses it made itself (pods, the node, the machine's end
  * of the node's link). */
 #include <arpa/inet.h>
@@ -78,12 +80,43 @@ static int listen_on(int port) {
   }
 }
 
+static int proxy_get(const char *url) {
+  const char *proxy = getenv("HTTP_PROXY");
+  if (!proxy || strncmp(proxy, "http://", 7) != 0) {
+    printf("no proxy: HTTP_PROXY is %s\n", proxy ? proxy : "unset");
+    return 0;
+  }
+  char target[64];
+  snprintf(target, sizeof target, "%s", proxy + 7);
+  char *colon = strrchr(target, ':');
+  if (!colon) return 2;
+  *colon = 0;
+  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(colon + 1))};
+  if (inet_pton(AF_INET, target, &to.sin_addr) != 1) return 2;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&to, sizeof to) != 0) {
+    printf("proxy unreachable: %s\n", strerror(errno));
+    return 0;
+  }
+  const char *host = strstr(url, "://");
+  host = host ? host + 3 : url;
+  char request[1024];
+  int n = snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: %.*s\r\nConnection: close\r\n\r\n",
+                   url, (int)strcspn(host, "/"), host);
+  if (write(s, request, (size_t)n) != n) return 1;
+  char buf[4096];
+  ssize_t got;
+  while ((got = read(s, buf, sizeof buf)) > 0) fwrite(buf, 1, (size_t)got, stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if ((argc == 4 || argc == 5) && strcmp(argv[1], "connect") == 0) {
     if (argc == 5) usleep((useconds_t)atoi(argv[4]) * 1000);
     return probe(argv[2], atoi(argv[3]));
   }
   if (argc == 3 && strcmp(argv[1], "listen") == 0) return listen_on(atoi(argv[2]));
-  fprintf(stderr, "usage: tcp-probe connect ADDRESS:PORT TIMEOUT_MS [AFTER_MS] | tcp-probe listen PORT\n");
+  if (argc == 3 && strcmp(argv[1], "proxy-get") == 0) return proxy_get(argv[2]);
+  fprintf(stderr, "usage: tcp-probe connect ADDRESS:PORT TIMEOUT_MS [AFTER_MS] | tcp-probe listen PORT | tcp-probe proxy-get URL\n");
   return 2;
 }
