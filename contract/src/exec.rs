@@ -82,10 +82,11 @@ pub struct ExecSpec {
     /// `open`, or checked by the executor's own client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_proxy: Option<String>,
-    /// The CA bundle the tool's TLS clients trust when the egress proxy intercepts TLS to
-    /// deliver a credential (the system's roots and the call's own CA), inside the sandbox.
+    /// The call's own CA (a PEM file inside the sandbox), when its egress proxy intercepts TLS
+    /// to deliver a credential: the executor's client trusts it, and its tool's TLS clients
+    /// read a bundle of the system's roots and it (`SSL_CERT_FILE` and the like).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub egress_ca_bundle: Option<String>,
+    pub egress_ca: Option<String>,
 }
 
 impl ExecSpec {

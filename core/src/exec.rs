@@ -106,7 +106,7 @@ pub fn discovery_spec(
         discover: true,
         egress_gate: None,
         egress_proxy: None,
-        egress_ca_bundle: None,
+        egress_ca: None,
         seccomp_inherited: false,
     }
 }
@@ -174,7 +174,7 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         discover: false,
         egress_gate: None,
         egress_proxy: None,
-        egress_ca_bundle: None,
+        egress_ca: None,
         seccomp_inherited: false,
     }
 }

@@ -157,8 +157,9 @@ pub mod reason {
             BROKER_FORBIDDEN = "BrokerForbidden";
             /// The credential binding does not exist.
             BINDING_MISSING = "BindingMissing";
-            /// The binding's delivery mode is not available on this runtime: `proxy` on a
-            /// cluster, whose call pods have no egress proxy yet. Nothing was issued.
+            /// The binding's delivery mode cannot be honoured for this call: `proxy` without an
+            /// egress proxy (an operator started without one, a sandbox without a domain
+            /// allowlist). Nothing was issued.
             DELIVERY_UNSUPPORTED = "DeliveryUnsupported";
         }
         "CredentialsRevoked" {

@@ -3,13 +3,12 @@
 //! paths, when named), and refuses a request carrying the placeholder anywhere else.
 //!
 //! TLS to a binding's host is intercepted: the proxy answers the tool's handshake with a
-//! certificate for that host from a CA made for this one call (the call's sandbox trusts it
-//! through the bundle [`Interception::trust_bundle`] writes), reads the request, swaps, and
+//! certificate for that host from a CA made for this one call (the call's sandbox alone trusts
+//! it: [`Interception::ca_pem`]), reads the request, swaps, and
 //! sends it on over its own TLS connection, verified against the system's roots. Every other
 //! host is tunnelled untouched.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rcgen::{
@@ -170,17 +169,6 @@ impl Interception {
     /// The CA certificate, PEM.
     pub fn ca_pem(&self) -> String {
         self.ca.pem()
-    }
-
-    /// What the sandbox's TLS clients trust: the system's roots (`system_bundle`, when it
-    /// exists) and this call's CA.
-    pub fn trust_bundle(&self, system_bundle: &Path) -> String {
-        let mut bundle = std::fs::read_to_string(system_bundle).unwrap_or_default();
-        if !bundle.is_empty() && !bundle.ends_with('\n') {
-            bundle.push('\n');
-        }
-        bundle.push_str(&self.ca_pem());
-        bundle
     }
 
     /// The server side of the tool's handshake with `host`: a certificate for it, made once.

@@ -83,21 +83,40 @@ async fn start_relay(socket: &str) -> Result<&'static str, ExecError> {
     Ok(PROXY_URL.get_or_init(|| format!("http://127.0.0.1:{port}")))
 }
 
-/// The call's CA bundle, when its proxy intercepts TLS: what the executor's own HTTP client
-/// trusts besides its roots.
-static CA_BUNDLE: OnceLock<Vec<u8>> = OnceLock::new();
+/// The call's CA, when its proxy intercepts TLS: what the executor's own HTTP client trusts
+/// besides its roots, and the bundle of the system's roots and that CA its tool's clients read.
+static CA: OnceLock<(Vec<u8>, PathBuf)> = OnceLock::new();
 
-/// Trust the call's CA bundle (a file inside the sandbox) in the executor's own HTTP client.
-pub(crate) fn trust_bundle(path: &str) -> Result<(), ExecError> {
-    let pem = std::fs::read(path)
-        .map_err(|e| ExecError::Unrunnable(format!("the call's CA bundle {path}: {e}")))?;
-    let _ = CA_BUNDLE.set(pem);
+/// Where this image keeps the system's roots (Debian's bundle).
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Trust the call's CA (PEM, a file the runtime put beside the spec): in the executor's own
+/// HTTP client, and in a bundle of the system's roots and that CA written to the sandbox's
+/// temporary folder for the tool.
+pub(crate) fn trust_ca(path: &str) -> Result<(), ExecError> {
+    let unrunnable = |what: &str, e: std::io::Error| {
+        ExecError::Unrunnable(format!("the call's CA ({what}): {e}"))
+    };
+    let ca = std::fs::read(path).map_err(|e| unrunnable(path, e))?;
+    let mut bundle = std::fs::read(SYSTEM_BUNDLE).unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(&ca);
+    let written = std::env::temp_dir().join("toolgate-ca-bundle.pem");
+    std::fs::write(&written, &bundle).map_err(|e| unrunnable("its bundle", e))?;
+    let _ = CA.set((ca, written));
     Ok(())
 }
 
-/// The call's CA bundle, PEM, when there is one.
-pub(crate) fn ca_bundle() -> Option<&'static [u8]> {
-    CA_BUNDLE.get().map(Vec::as_slice)
+/// The call's CA, PEM, when there is one.
+pub(crate) fn ca() -> Option<&'static [u8]> {
+    CA.get().map(|(pem, _)| pem.as_slice())
+}
+
+/// The bundle the tool's TLS clients read, when the call has a CA.
+pub(crate) fn ca_bundle_path() -> Option<&'static std::path::Path> {
+    CA.get().map(|(_, path)| path.as_path())
 }
 
 /// The relay's URL, when this call's egress goes through a proxy.

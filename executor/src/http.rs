@@ -115,7 +115,7 @@ pub fn egress_client_with(
         // The sandbox's one way out; the proxy checks names and addresses again.
         builder =
             builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("http client: {e}"))?);
-        if let Some(pem) = crate::egress::ca_bundle() {
+        if let Some(pem) = crate::egress::ca() {
             for cert in reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| format!("the call's CA bundle: {e}"))?
             {

@@ -77,7 +77,7 @@ pub(crate) fn tool_process(
             cmd.env(name, url);
         }
     }
-    if let Some(bundle) = &spec.egress_ca_bundle {
+    if let Some(bundle) = crate::egress::ca_bundle_path() {
         for name in crate::egress::CA_BUNDLE_VARIABLES {
             cmd.env(name, bundle);
         }

@@ -43,8 +43,8 @@ pub async fn execute(
     if let Some(socket) = &spec.egress_proxy {
         crate::egress::start(socket).await?;
     }
-    if let Some(bundle) = &spec.egress_ca_bundle {
-        crate::egress::trust_bundle(bundle)?;
+    if let Some(ca) = &spec.egress_ca {
+        crate::egress::trust_ca(ca)?;
     }
     // A placeholder is not a secret: the tool may show it, and its words are not redacted.
     let redactor = Redactor::new(

@@ -121,7 +121,7 @@ pub(crate) fn place(
         Some((_, b)) if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy => {
             let interception = intercept(config, &slot)
                 .map_err(|e| io("the call's egress certificate authority", &e))?;
-            spec.egress_ca_bundle = Some(slot.egress_ca().1.display().to_string());
+            spec.egress_ca = Some(slot.egress_ca().1.display().to_string());
             Some((toolgate_egress::Injection::placeholder(), interception))
         }
         _ => None,
@@ -191,20 +191,12 @@ fn serve_egress(
     Ok(proxy.serve_unix(listener))
 }
 
-/// The system's CA bundle, which a call's trust bundle extends with its own CA.
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-/// A CA for this call alone, and the bundle its sandbox trusts written in its run folder (the
-/// system's roots and that CA).
+/// A CA for this call alone, written in its run folder for its sandbox to trust.
 fn intercept(config: &Config, slot: &Slot) -> Result<toolgate_egress::Interception, String> {
     let upstream = upstream_tls(&config.egress_upstream_ca)?;
     let interception = toolgate_egress::Interception::new(upstream).map_err(|e| e.to_string())?;
     let (host, _) = slot.egress_ca();
-    std::fs::write(
-        &host,
-        interception.trust_bundle(Path::new(SYSTEM_CA_BUNDLE)),
-    )
-    .map_err(|e| format!("{}: {e}", host.display()))?;
+    std::fs::write(&host, interception.ca_pem()).map_err(|e| format!("{}: {e}", host.display()))?;
     Ok(interception)
 }
 

@@ -208,8 +208,8 @@ impl Slot {
         )
     }
 
-    /// The CA bundle of the call's TLS clients when its egress proxy intercepts: on the host,
-    /// and as the sandbox sees it.
+    /// The call's CA when its egress proxy intercepts TLS: on the host, and as the sandbox sees
+    /// it.
     pub(crate) fn egress_ca(&self) -> (PathBuf, PathBuf) {
         (
             self.dir.join("egress-ca.pem"),

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use toolgate_contract::egress::EgressRules;
 use toolgate_contract::redact::Redactor;
 use toolgate_crds::SandboxPolicySpec;
-use toolgate_egress::{Proxy, Record, Resolver, Served};
+use toolgate_egress::{Injection, Interception, Proxy, Record, Resolver, Served};
 
 /// Where the operator serves its calls' proxies.
 #[derive(Debug, Clone)]
@@ -30,6 +30,9 @@ pub struct EgressConfig {
     pub advertise: IpAddr,
     /// Nameservers the proxies resolve with; empty: the system's resolver.
     pub nameservers: Vec<SocketAddr>,
+    /// CA certificates (PEM files) the proxies trust beside the system's roots, for the hosts
+    /// a `proxy`-delivered credential is sent to.
+    pub upstream_ca: Vec<std::path::PathBuf>,
 }
 
 /// The proxies of the calls in flight, by call uid.
@@ -37,6 +40,8 @@ pub struct EgressConfig {
 pub struct EgressProxies {
     config: Option<EgressConfig>,
     calls: Mutex<HashMap<String, Entry>>,
+    /// How intercepted upstreams are verified: made once (the system's roots are read then).
+    upstream: std::sync::OnceLock<Result<std::sync::Arc<rustls::ClientConfig>, String>>,
 }
 
 enum Entry {
@@ -66,7 +71,22 @@ impl EgressProxies {
         EgressProxies {
             config,
             calls: Mutex::default(),
+            upstream: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A CA for one call whose credential is delivered by its proxy: the proxy intercepts TLS
+    /// to the binding's hosts with it, and the call's pod trusts it.
+    pub fn interception(&self) -> Result<Interception, EgressError> {
+        let config = self.config.as_ref().ok_or(EgressError::NotConfigured)?;
+        let upstream = self
+            .upstream
+            .get_or_init(|| {
+                toolgate_egress::upstream_tls(&config.upstream_ca).map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(EgressError::Setup)?;
+        Interception::new(upstream).map_err(|e| EgressError::Setup(e.to_string()))
     }
 
     /// Whether proxies are served at all.
@@ -104,6 +124,7 @@ impl EgressProxies {
         uid: &str,
         policy: &SandboxPolicySpec,
         secrets: &[&[u8]],
+        injection: Option<(Injection, Interception)>,
     ) -> Result<(), EgressError> {
         let config = self.config.as_ref().ok_or(EgressError::NotConfigured)?;
         let rules = EgressRules::from_policy(&policy.network)
@@ -130,8 +151,11 @@ impl EgressProxies {
             .set_nonblocking(true)
             .and_then(|()| tokio::net::TcpListener::from_std(listener))
             .map_err(|e| EgressError::Bind(config.listen, e))?;
-        let served =
-            Proxy::new(rules, resolver, Redactor::new(secrets.iter().copied())).serve_tcp(listener);
+        let mut proxy = Proxy::new(rules, resolver, Redactor::new(secrets.iter().copied()));
+        if let Some((injection, interception)) = injection {
+            proxy = proxy.with_injection(injection, interception);
+        }
+        let served = proxy.serve_tcp(listener);
         calls.insert(uid.to_string(), Entry::Serving(served));
         Ok(())
     }

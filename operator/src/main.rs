@@ -111,6 +111,10 @@ struct Args {
     /// the system's resolver.
     #[arg(long = "egress-nameserver", requires = "egress_proxy_address")]
     egress_nameservers: Vec<std::net::SocketAddr>,
+    /// A CA certificate (PEM file, repeatable) the egress proxies trust beside the system's
+    /// roots, for the hosts a `proxy`-delivered credential is sent to (a private CA).
+    #[arg(long = "egress-upstream-ca", requires = "egress_proxy_address")]
+    egress_upstream_ca: Vec<std::path::PathBuf>,
     /// A directory for artifacts, shared with the node (single-node and test clusters).
     #[arg(long)]
     artifacts_dir: Option<std::path::PathBuf>,
@@ -240,6 +244,7 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
                 listen: args.egress_proxy_listen.unwrap_or(advertise),
                 advertise,
                 nameservers: args.egress_nameservers.clone(),
+                upstream_ca: args.egress_upstream_ca.clone(),
             },
         ))),
         tracer: match &args.otlp_endpoint {

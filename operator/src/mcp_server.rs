@@ -155,7 +155,7 @@ async fn list_in_pod(
         );
         spec.egress_gate = ctx.pods.egress_gate.for_policy(&network_policy);
         let config_map =
-            crate::build::config_map(&owner, &spec).map_err(|e| failed(e.to_string()))?;
+            crate::build::config_map(&owner, &spec, None).map_err(|e| failed(e.to_string()))?;
         let pod = crate::build::pod(
             &owner,
             &crate::build::PodInput {

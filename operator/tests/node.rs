@@ -627,7 +627,9 @@ fn fifty_calls_survive_an_operator_killed_at_random_with_real_pods() {
 /// A process tool under a domain allowlist on the real node: its pod reaches its call's egress
 /// proxy (served by the operator) and nothing else. Through it, an allowed name answers and a
 /// name the policy does not list is refused with the proxy's reason; around it, the same
-/// upstream's address is not reached. The proxy resolves with a DNS server the suite runs.
+/// upstream's address is not reached. A credential delivered by the proxy reaches an HTTPS API
+/// that checks it (Python's own client, trusting the call's CA), while the pod holds only a
+/// placeholder. The proxy resolves with a DNS server the suite runs.
 #[test]
 fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
     if !have_cluster() || !node::have_node() {
@@ -639,14 +641,25 @@ fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
         .block_on(toolgate_testkit::upstream::start(&inside))
         .expect("an upstream on a test host");
     let ip: std::net::IpAddr = inside.parse().expect("test host address");
+    const CANARY: &str = "canary-node-proxied-credential-3b8e";
+    let api = rt
+        .block_on(toolgate_testkit::upstream::start_tls(
+            &inside, "api.test", CANARY,
+        ))
+        .expect("an HTTPS API on a test host");
     let dns = rt
         .block_on(toolgate_testkit::dns::DnsServer::start(vec![
             ("allowed.test", vec![ip]),
             ("denied.test", vec![ip]),
+            ("api.test", vec![ip]),
         ]))
         .expect("dns");
     let host = node::host_ip();
     let nameserver = dns.addr().to_string();
+    let (secrets, secrets_arg) = support::secrets_file(CANARY);
+    let upstream_ca = secrets.path().join("api-ca.pem");
+    std::fs::write(&upstream_ca, &api.ca_pem).expect("the API's CA");
+    let upstream_ca = upstream_ca.display().to_string();
     let Some(n) = node_with_args(
         "tg-node-proxy",
         None,
@@ -656,20 +669,39 @@ fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
             &host,
             "--egress-nameserver",
             &nameserver,
+            "--egress-upstream-ca",
+            &upstream_ca,
+            "--secrets",
+            &secrets_arg,
         ],
     ) else {
         return;
     };
     let ns = &n.ns;
     let port = upstream.port();
+    let api_port = api.addr.port();
+    let script = format!(
+        "import os, urllib.request as u; t = os.environ['API_TOKEN']; \
+         r = u.Request('https://api.test:{api_port}/user', headers={{'Authorization': 'Bearer ' + t}}); \
+         print(u.urlopen(r).read().decode().strip(), t[:21])"
+    );
     let docs = [
         network_policy(
             ns,
             "net-names",
             &format!(
-                "{{egress: allowlist, allowDomains: [\"allowed.test:{port}\"], allowCidrs: [\"{inside}/32\"]}}"
+                "{{egress: allowlist, allowDomains: [\"allowed.test:{port}\", \"api.test:{api_port}\"], allowCidrs: [\"{inside}/32\"]}}"
             ),
         ),
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: CredentialBinding\nmetadata: {{name: api-token, namespace: {ns}}}\nspec:\n  vault: {{engine: kv2, mount: secret, path: team-a/github-issues-bot, field: token}}\n  scopes: [\"workspace:read\"]\n  ttlSeconds: 300\n  delivery:\n    mode: proxy\n    envName: API_TOKEN\n    proxy: {{hosts: [\"api.test:{api_port}\"]}}\n"
+        ),
+        Tool::test("proxy.api")
+            .argv(&format!("[python3, -c, {script:?}]"))
+            .policy("net-names")
+            .binding("api-token")
+            .summary("Calls an API with a credential its proxy delivers.")
+            .yaml(ns),
         Tool::test("proxy.get")
             .argv("[tcp-probe, proxy-get, \"{{msg}}\"]")
             .policy("net-names")
@@ -680,7 +712,11 @@ fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
             .policy("net-names")
             .summary("Tries one TCP connection around the proxy.")
             .yaml(ns),
-        fixtures::grant(ns, "proxy-tools", &["proxy.get", "proxy.direct"]),
+        fixtures::grant(
+            ns,
+            "proxy-tools",
+            &["proxy.get", "proxy.direct", "proxy.api"],
+        ),
     ];
     ok(&["apply", "-f", "-"], Some(&docs.join("\n---\n")));
     let cases = [
@@ -695,6 +731,7 @@ fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
             format!("http://denied.test:{port}/hello"),
         ),
         ("around", "proxy.direct", format!("{inside}:{port}")),
+        ("credential", "proxy.api", String::new()),
     ];
     for (name, tool, target) in &cases {
         propose(ns, name, tool, &format!("{{msg: \"{target}\"}}"));
@@ -741,6 +778,18 @@ fn a_process_tool_reaches_allowed_names_only_through_its_proxy_on_the_node() {
         "{}",
         effects("denied")
     );
+    // The API got the value; the tool held a placeholder; the value is in no status or event.
+    assert_eq!(
+        preview(ns, "credential").trim(),
+        "token ok toolgate-placeholder-",
+        "{}",
+        error(ns, "credential")
+    );
+    let status = jsonpath(ns, "toolcall/credential", "{.status}");
+    assert!(!status.contains(CANARY), "{status}");
+    let events = kubectl(&["get", "events", "-n", ns, "-o", "yaml"], None).1;
+    assert!(!events.contains(CANARY), "the credential reached an event");
     drop(n);
+    drop(secrets);
     drop(rt);
 }

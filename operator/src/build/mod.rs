@@ -141,14 +141,23 @@ pub fn label_value(call: &str) -> String {
     }
 }
 
-/// The call's spec as a ConfigMap (immutable: a call's spec never changes).
-pub fn config_map(o: &Owner<'_>, spec: &ExecSpec) -> Result<ConfigMap, serde_json::Error> {
+/// The file of a call's CA beside its spec ([`config_map`]).
+pub const CA_FILE: &str = "egress-ca.pem";
+
+/// The call's spec as a ConfigMap (immutable: a call's spec never changes), with the call's CA
+/// when its egress proxy intercepts TLS.
+pub fn config_map(
+    o: &Owner<'_>,
+    spec: &ExecSpec,
+    ca: Option<&str>,
+) -> Result<ConfigMap, serde_json::Error> {
+    let mut data = BTreeMap::from([("spec.json".to_string(), serde_json::to_string_pretty(spec)?)]);
+    if let Some(ca) = ca {
+        data.insert(CA_FILE.to_string(), ca.to_string());
+    }
     Ok(ConfigMap {
         metadata: meta(o, "call-spec"),
-        data: Some(BTreeMap::from([(
-            "spec.json".to_string(),
-            serde_json::to_string_pretty(spec)?,
-        )])),
+        data: Some(data),
         immutable: Some(true),
         ..Default::default()
     })

@@ -52,21 +52,63 @@ pub(super) async fn start(
     } else {
         None
     };
-    let sandbox = match prepare(ctx, call, &owner, &run.target, proxy).await? {
+    let mut sandbox = match prepare(ctx, call, &owner, &run.target, proxy).await? {
         Ok(s) => s,
         Err(steps) => {
             ctx.record(call, &mut status, &steps).await?;
             return Ok(Action::await_change());
         }
     };
+    // A proxy-delivered credential: the pod gets a placeholder and trusts a CA of this call,
+    // with which its proxy intercepts TLS to the binding's hosts to swap in the value.
+    let interception = match (plan::proxy_delivered(&run.target), proxy) {
+        (true, Some(_)) => match ctx.config.egress.interception() {
+            Ok(i) => Some((toolgate_egress::Injection::placeholder(), i)),
+            Err(e) => {
+                let steps = cannot_run(
+                    SANDBOX_PREPARED,
+                    reason::SANDBOX_SETUP_FAILED,
+                    e.to_string(),
+                );
+                ctx.record(call, &mut status, &steps).await?;
+                return Ok(Action::await_change());
+            }
+        },
+        _ => None,
+    };
+    if interception.is_some() {
+        sandbox.spec.egress_ca = Some(format!("{}/{}", build::SPEC_DIR, build::CA_FILE));
+    }
     let described = plan::described(call, &run.target, &sandbox.spec);
-    let (credential, issued) = broker(ctx, ns, &run.target, &sandbox.spec).await;
+    let placeholder = interception.as_ref().map(|(p, _)| p.clone());
+    let (credential, issued) =
+        broker(ctx, ns, &run.target, &sandbox.spec, placeholder.is_some()).await;
+    let ca = interception.as_ref().map(|(_, i)| i.ca_pem());
     if proxy.is_some() {
         let secret: Vec<&[u8]> = issued
             .iter()
             .map(|(_, v, _)| v.expose().as_bytes())
             .collect();
-        if let Err(e) = ctx.config.egress.serve(&uid, run.target.policy, &secret) {
+        let injection = match (interception, &issued, run.target.binding) {
+            (Some((placeholder, interception)), Some((_, value, _)), Some((_, binding))) => {
+                binding.delivery.proxy.as_ref().map(|delivery| {
+                    (
+                        toolgate_egress::Injection::new(
+                            placeholder,
+                            value.expose().to_string(),
+                            delivery,
+                        ),
+                        interception,
+                    )
+                })
+            }
+            _ => None,
+        };
+        if let Err(e) = ctx
+            .config
+            .egress
+            .serve(&uid, run.target.policy, &secret, injection)
+        {
             let steps = cannot_run(
                 SANDBOX_PREPARED,
                 reason::SANDBOX_SETUP_FAILED,
@@ -76,12 +118,17 @@ pub(super) async fn start(
             return Ok(Action::await_change());
         }
     }
+    // What the pod's Secret holds: the placeholder of a proxy-delivered credential, else the
+    // value.
     let children = plan::children(
         &owner,
         &run.target,
         sandbox,
-        issued.as_ref().map(|(f, v, _)| (f.as_str(), v.expose())),
+        issued
+            .as_ref()
+            .map(|(f, v, _)| (f.as_str(), placeholder.as_deref().unwrap_or(v.expose()))),
         &ctx.config,
+        ca.as_deref(),
     )
     .map_err(|source| Error::Json {
         what: "the call's ConfigMap",
@@ -174,19 +221,20 @@ async fn broker(
     ns: &str,
     target: &RunTarget<'_>,
     spec: &toolgate_core::exec::ExecSpec,
+    proxied: bool,
 ) -> (Credential, Option<Issued>) {
     let Some((binding, b)) = target.binding else {
         return (Credential::NotRequired, None);
     };
-    // Delivered as a file, a proxy-delivered value would sit in the sandbox its binding keeps
-    // it out of: refused before anything is issued.
-    if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy {
+    // Without its proxy, a proxy-delivered value would sit in the sandbox its binding keeps it
+    // out of: refused before anything is issued.
+    if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy && !proxied {
         return (
             Credential::Failed {
                 binding: binding.into(),
                 reason: toolgate_crds::conditions::reason::DELIVERY_UNSUPPORTED,
                 error: format!(
-                    "CredentialBinding {binding} has delivery.mode: proxy, which needs the call's egress proxy; call pods on a cluster have none yet (toolgate local has), so the value would enter the sandbox: use mode file or env here"
+                    "CredentialBinding {binding} has delivery.mode: proxy, which needs the call's egress proxy: this operator serves none (--egress-proxy-address), or the SandboxPolicy has no domain allowlist; the value would enter the sandbox, so nothing was issued"
                 ),
             },
             None,
@@ -215,10 +263,17 @@ async fn broker(
             (
                 Credential::Issued {
                     binding: binding.into(),
-                    delivered: format!(
-                        "as file {file} in Secret {}",
-                        build::child_name(&spec.call.name)
-                    ),
+                    delivered: if proxied {
+                        format!(
+                            "as a placeholder in file {file} in Secret {}; the call's egress proxy sends the value",
+                            build::child_name(&spec.call.name)
+                        )
+                    } else {
+                        format!(
+                            "as file {file} in Secret {}",
+                            build::child_name(&spec.call.name)
+                        )
+                    },
                     ttl_seconds: u64::from(issued.ttl_seconds),
                     leased: issued.lease.is_some(),
                 },

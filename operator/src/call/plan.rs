@@ -26,7 +26,7 @@ pub(crate) fn placeable(
     build::network_policy_through(
         owner,
         target.policy,
-        build::executor_ports(&target.tool.spec.execution).as_deref(),
+        direct_ports(target).as_deref(),
         &config.artifact_egress,
         proxy,
     )
@@ -45,13 +45,29 @@ pub(crate) struct Sandbox {
 
 /// The call's sandbox on the cluster, or the steps that end the call when the policy cannot be
 /// honoured.
-/// Whether a call's tool reaches the network only through an egress proxy: a process tool (not
-/// the executor's own client) under a domain allowlist.
+/// Whether a call's tool reaches the network only through an egress proxy: under a domain
+/// allowlist, a process tool (not the executor's own client), or any tool whose credential the
+/// proxy delivers.
 pub(crate) fn needs_proxy(target: &RunTarget<'_>) -> bool {
     let net = &target.policy.network;
     net.egress == toolgate_crds::EgressMode::Allowlist
         && !net.allow_domains.is_empty()
-        && build::executor_ports(&target.tool.spec.execution).is_none()
+        && (proxy_delivered(target) || build::executor_ports(&target.tool.spec.execution).is_none())
+}
+
+/// Whether the call's credential is delivered by its egress proxy (`delivery.mode: proxy`).
+pub(crate) fn proxy_delivered(target: &RunTarget<'_>) -> bool {
+    target
+        .binding
+        .is_some_and(|(_, b)| b.delivery.mode == toolgate_crds::DeliveryMode::Proxy)
+}
+
+/// The ports the executor's own client needs, unless the proxy is the way out.
+fn direct_ports(target: &RunTarget<'_>) -> Option<Vec<i32>> {
+    if proxy_delivered(target) {
+        return None;
+    }
+    build::executor_ports(&target.tool.spec.execution)
 }
 
 pub(crate) fn sandbox(
@@ -72,7 +88,7 @@ pub(crate) fn sandbox(
     let network_policy = build::network_policy_through(
         owner,
         target.policy,
-        build::executor_ports(&target.tool.spec.execution).as_deref(),
+        direct_ports(target).as_deref(),
         &config.artifact_egress,
         proxy,
     )
@@ -143,12 +159,15 @@ pub(crate) struct Children {
 }
 
 /// The children of a call whose credential (file name and value), if any, was issued.
+/// The children of a call whose credential (file name and value), if any, was issued; with
+/// `interception`, the call's CA beside its spec, which its tool's TLS clients trust.
 pub(crate) fn children(
     owner: &Owner<'_>,
     target: &RunTarget<'_>,
     sandbox: Sandbox,
     credential: Option<(&str, &str)>,
     config: &CallConfig,
+    ca: Option<&str>,
 ) -> Result<Children, serde_json::Error> {
     let image = target
         .tool
@@ -173,7 +192,7 @@ pub(crate) fn children(
         },
     );
     Ok(Children {
-        config_map: build::config_map(owner, &sandbox.spec)?,
+        config_map: build::config_map(owner, &sandbox.spec, ca)?,
         network_policy: sandbox.network_policy,
         secret: credential.map(|(file, value)| build::secret(owner, file, value)),
         pod,
