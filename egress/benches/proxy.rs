@@ -279,8 +279,7 @@ async fn bench() {
     );
     let with_ca = timed(|| async {
         let interception = Interception::new(upstream.clone()).expect("ca");
-        let _ =
-            interception.trust_bundle(std::path::Path::new("/etc/ssl/certs/ca-certificates.crt"));
+        let _ = interception.ca_pem();
     })
     .await;
     row("its CA made (proxy delivery)", with_ca, None);
