@@ -137,6 +137,48 @@ impl Injection {
     }
 }
 
+/// What a call with a proxy-delivered credential has before the credential is issued: the
+/// placeholder its sandbox gets and the CA its sandbox trusts. Each runtime makes it when it
+/// places the call, and turns it into the proxy's injection once the broker answered.
+pub struct Pending {
+    placeholder: String,
+    interception: Interception,
+}
+
+impl Pending {
+    /// A fresh placeholder, and `interception`'s CA.
+    pub fn new(interception: Interception) -> Pending {
+        Pending {
+            placeholder: Injection::placeholder(),
+            interception,
+        }
+    }
+
+    /// What the sandbox gets where the value would be.
+    pub fn placeholder(&self) -> &str {
+        &self.placeholder
+    }
+
+    /// The CA the sandbox trusts, PEM.
+    pub fn ca_pem(&self) -> String {
+        self.interception.ca_pem()
+    }
+
+    /// The proxy's injection of `value` where `delivery` lets it go; none without either (a
+    /// credential that could not be issued: the call does not run).
+    pub fn into_injection(
+        self,
+        value: Option<&str>,
+        delivery: Option<&ProxyDelivery>,
+    ) -> Option<(Injection, Interception)> {
+        let (value, delivery) = (value?, delivery?);
+        Some((
+            Injection::new(self.placeholder, value.to_string(), delivery),
+            self.interception,
+        ))
+    }
+}
+
 /// TLS interception for one call: its CA, the host certificates made from it, and how the proxy
 /// reaches upstreams.
 pub struct Interception {

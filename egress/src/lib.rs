@@ -17,7 +17,7 @@ mod proxy;
 mod record;
 mod resolve;
 
-pub use inject::{Injection, InterceptError, Interception, upstream_tls};
+pub use inject::{Injection, InterceptError, Interception, Pending, upstream_tls};
 pub use proxy::{Proxy, Served};
 pub use record::{Decision, Record, Records, fold, observe, refusals};
 pub use resolve::{Resolver, ResolverError};

@@ -63,6 +63,27 @@ impl Drop for Served {
     }
 }
 
+/// A listener the proxy serves: a socket (the embedded runtime's) or a TCP port (a cluster's).
+trait Accept: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_one(&self)
+    -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = TcpStream;
+    async fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
 /// A request head as the proxy needs it.
 struct Head {
     method: String,
@@ -125,27 +146,21 @@ impl Proxy {
         self
     }
 
-    /// Serve every connection of `listener` until the returned handle is dropped.
+    /// Serve every connection of `listener` (a socket) until the returned handle is dropped.
     pub fn serve_unix(self, listener: UnixListener) -> Served {
-        let records = self.records.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                self.spawn(stream);
-            }
-        });
-        Served {
-            records,
-            task,
-            port: 0,
-        }
+        self.serve(listener, 0)
     }
 
     /// Serve every connection of a TCP `listener` until the returned handle is dropped.
     pub fn serve_tcp(self, listener: tokio::net::TcpListener) -> Served {
-        let records = self.records.clone();
         let port = listener.local_addr().map_or(0, |a| a.port());
+        self.serve(listener, port)
+    }
+
+    fn serve<L: Accept>(self, listener: L, port: u16) -> Served {
+        let records = self.records.clone();
         let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
+            while let Ok(stream) = listener.accept_one().await {
                 self.spawn(stream);
             }
         });

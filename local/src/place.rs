@@ -122,32 +122,23 @@ pub(crate) fn place(
             let interception = intercept(config, &slot)
                 .map_err(|e| io("the call's egress certificate authority", &e))?;
             spec.egress_ca = Some(slot.egress_ca().1.display().to_string());
-            Some((toolgate_egress::Injection::placeholder(), interception))
+            Some(toolgate_egress::Pending::new(interception))
         }
         _ => None,
     };
     let json = serde_json::to_vec_pretty(&spec).map_err(|e| io("writing the call spec", &e))?;
     std::fs::write(slot.spec_path(), json).map_err(|e| io("writing the call spec", &e))?;
     slot.make_namespace_folder(&rec.namespace);
-    let placeholder = proxied.as_ref().map(|(p, _)| p.as_str());
+    let placeholder = proxied.as_ref().map(toolgate_egress::Pending::placeholder);
     let (secret, credential) = deliver(target, &spec, &slot.credentials(), issued, placeholder)?;
     // Served before the executor reads its spec (at its go), knowing the credential it keeps
     // out of its records (and, for a proxy-delivered one, swaps in).
-    let injection = match (proxied, &secret, target.binding) {
-        (Some((placeholder, interception)), Some(value), Some((_, binding))) => {
-            binding.delivery.proxy.as_ref().map(|delivery| {
-                (
-                    toolgate_egress::Injection::new(
-                        placeholder,
-                        value.expose().to_string(),
-                        delivery,
-                    ),
-                    interception,
-                )
-            })
-        }
-        _ => None,
-    };
+    let injection = proxied.and_then(|pending| {
+        pending.into_injection(
+            secret.as_ref().map(|s| s.expose()),
+            target.binding.and_then(|(_, b)| b.delivery.proxy.as_ref()),
+        )
+    });
     let egress = match plan.network {
         Network::Proxied => Some(
             serve_egress(config, target.policy, &slot, secret.as_ref(), injection)

@@ -17,16 +17,23 @@ pub async fn start(ip: &str) -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-async fn answer(mut s: tokio::net::TcpStream) {
+/// A request's head, read to its blank line; none when the client closed first.
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<String> {
     let mut buf = vec![0u8; 8192];
     let mut got = Vec::new();
     while !got.windows(4).any(|w| w == b"\r\n\r\n") {
         match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     }
-    let text = String::from_utf8_lossy(&got).to_string();
+    Some(String::from_utf8_lossy(&got).to_string())
+}
+
+async fn answer(mut s: tokio::net::TcpStream) {
+    let Some(text) = read_head(&mut s).await else {
+        return;
+    };
     let line = text.lines().next().unwrap_or_default().to_string();
     let path = line.split(' ').nth(1).unwrap_or("/").to_string();
     let reply = if let Some(to) = path.strip_prefix("/redirect?to=") {
@@ -94,15 +101,9 @@ pub async fn start_tls(ip: &str, name: &str, token: &str) -> std::io::Result<Tls
                 let Ok(mut s) = acceptor.accept(s).await else {
                     return;
                 };
-                let mut buf = vec![0u8; 8192];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let text = String::from_utf8_lossy(&got).to_string();
+                let Some(text) = read_head(&mut s).await else {
+                    return;
+                };
                 let auth = text
                     .lines()
                     .find_map(|l| {

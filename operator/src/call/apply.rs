@@ -39,15 +39,7 @@ pub(super) async fn start(
     let proxy = if plan::needs_proxy(&run.target) && ctx.config.egress.configured() {
         match ctx.config.egress.reserve(&uid) {
             Ok(addr) => Some(addr),
-            Err(e) => {
-                let steps = cannot_run(
-                    SANDBOX_PREPARED,
-                    reason::SANDBOX_SETUP_FAILED,
-                    e.to_string(),
-                );
-                ctx.record(call, &mut status, &steps).await?;
-                return Ok(Action::await_change());
-            }
+            Err(e) => return setup_failed(ctx, call, status, &e).await,
         }
     } else {
         None
@@ -63,16 +55,8 @@ pub(super) async fn start(
     // with which its proxy intercepts TLS to the binding's hosts to swap in the value.
     let interception = match (plan::proxy_delivered(&run.target), proxy) {
         (true, Some(_)) => match ctx.config.egress.interception() {
-            Ok(i) => Some((toolgate_egress::Injection::placeholder(), i)),
-            Err(e) => {
-                let steps = cannot_run(
-                    SANDBOX_PREPARED,
-                    reason::SANDBOX_SETUP_FAILED,
-                    e.to_string(),
-                );
-                ctx.record(call, &mut status, &steps).await?;
-                return Ok(Action::await_change());
-            }
+            Ok(i) => Some(toolgate_egress::Pending::new(i)),
+            Err(e) => return setup_failed(ctx, call, status, &e).await,
         },
         _ => None,
     };
@@ -80,42 +64,29 @@ pub(super) async fn start(
         sandbox.spec.egress_ca = Some(format!("{}/{}", build::SPEC_DIR, build::CA_FILE));
     }
     let described = plan::described(call, &run.target, &sandbox.spec);
-    let placeholder = interception.as_ref().map(|(p, _)| p.clone());
+    let placeholder = interception.as_ref().map(|p| p.placeholder().to_string());
     let (credential, issued) =
         broker(ctx, ns, &run.target, &sandbox.spec, placeholder.is_some()).await;
-    let ca = interception.as_ref().map(|(_, i)| i.ca_pem());
+    let ca = interception.as_ref().map(toolgate_egress::Pending::ca_pem);
     if proxy.is_some() {
         let secret: Vec<&[u8]> = issued
             .iter()
             .map(|(_, v, _)| v.expose().as_bytes())
             .collect();
-        let injection = match (interception, &issued, run.target.binding) {
-            (Some((placeholder, interception)), Some((_, value, _)), Some((_, binding))) => {
-                binding.delivery.proxy.as_ref().map(|delivery| {
-                    (
-                        toolgate_egress::Injection::new(
-                            placeholder,
-                            value.expose().to_string(),
-                            delivery,
-                        ),
-                        interception,
-                    )
-                })
-            }
-            _ => None,
-        };
+        let injection = interception.and_then(|pending| {
+            pending.into_injection(
+                issued.as_ref().map(|(_, v, _)| v.expose()),
+                run.target
+                    .binding
+                    .and_then(|(_, b)| b.delivery.proxy.as_ref()),
+            )
+        });
         if let Err(e) = ctx
             .config
             .egress
             .serve(&uid, run.target.policy, &secret, injection)
         {
-            let steps = cannot_run(
-                SANDBOX_PREPARED,
-                reason::SANDBOX_SETUP_FAILED,
-                e.to_string(),
-            );
-            ctx.record(call, &mut status, &steps).await?;
-            return Ok(Action::await_change());
+            return setup_failed(ctx, call, status, &e).await;
         }
     }
     // What the pod's Secret holds: the placeholder of a proxy-delivered credential, else the
@@ -166,6 +137,22 @@ pub(super) async fn start(
         }
     }
     Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// End a call whose sandbox could not be set up (its egress proxy: a port, a CA).
+async fn setup_failed(
+    ctx: &Context,
+    call: &ToolCall,
+    mut status: ToolCallStatus,
+    e: &crate::egress::EgressError,
+) -> Result<Action, Error> {
+    let steps = cannot_run(
+        SANDBOX_PREPARED,
+        reason::SANDBOX_SETUP_FAILED,
+        e.to_string(),
+    );
+    ctx.record(call, &mut status, &steps).await?;
+    Ok(Action::await_change())
 }
 
 /// The call's sandbox, after what only the cluster can say: a pod whose workspace claim does not
