@@ -317,8 +317,31 @@ async fn the_example_fetch_tool_is_refused_an_allowed_name_that_resolves_inside(
     );
 }
 
-/// A credential delivered by the proxy: the tool holds a placeholder, the API gets the value,
-/// and the value is nowhere the tool or a model can read.
+/// A bare repository with one commit on `main`, served by the dumb HTTP protocol (after
+/// `git update-server-info`), under a new folder; its commit.
+fn bare_repository() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q", "--bare", "repo.git"]);
+    git(&["init", "-q", "-b", "main", "work"]);
+    git(&["-C", "work", "commit", "-q", "--allow-empty", "-m", "first"]);
+    git(&["-C", "work", "push", "-q", "../repo.git", "main"]);
+    git(&["-C", "repo.git", "update-server-info"]);
+    let commit = git(&["-C", "repo.git", "rev-parse", "main"]);
+    (dir, commit)
+}
+
+/// A credential delivered by the proxy: the tool holds a placeholder, the API (and a git
+/// server over HTTPS) gets the value, and the value is nowhere the tool or a model can read.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_proxy_delivered_credential_reaches_its_api_and_nothing_else_holds_it() {
     let api = toolgate_testkit::upstream::start_tls(ALLOWED, "api.test", CANARY)
@@ -327,9 +350,20 @@ async fn a_proxy_delivered_credential_reaches_its_api_and_nothing_else_holds_it(
     let other = toolgate_testkit::upstream::start(ALLOWED)
         .await
         .expect("upstream");
+    let (repository, commit) = bare_repository();
+    let git_server = toolgate_testkit::upstream::start_tls_files(
+        ALLOWED,
+        "git.test",
+        CANARY,
+        repository.path().to_path_buf(),
+    )
+    .await
+    .expect("git server");
+    let git_port = git_server.addr.port();
     let dns = toolgate_testkit::dns::DnsServer::start(vec![
         ("api.test", vec![ALLOWED.parse().expect("ip")]),
         ("allowed.test", vec![ALLOWED.parse().expect("ip")]),
+        ("git.test", vec![ALLOWED.parse().expect("ip")]),
     ])
     .await
     .expect("dns");
@@ -353,6 +387,10 @@ async fn a_proxy_delivered_credential_reaches_its_api_and_nothing_else_holds_it(
     );
     std::fs::write(m.join("tools/e-api.yaml"), tool("e.api", &api_call)).expect("tool");
     std::fs::write(m.join("tools/e-leak.yaml"), tool("e.leak", &leak)).expect("tool");
+    let ls_remote = format!(
+        "git -c http.extraHeader=\"Authorization: Bearer $API_TOKEN\" ls-remote https://git.test:{git_port}/repo.git"
+    );
+    std::fs::write(m.join("tools/e-git.yaml"), tool("e.git", &ls_remote)).expect("tool");
     std::fs::write(
         m.join("egress-credential.yaml"),
         format!(
@@ -364,7 +402,7 @@ spec:
   filesystem: {{cwd: workspace, readRoots: [workspace], writeRoots: []}}
   network:
     egress: allowlist
-    allowDomains: ["api.test:{api_port}", "allowed.test:{other_port}"]
+    allowDomains: ["api.test:{api_port}", "allowed.test:{other_port}", "git.test:{git_port}"]
     allowCidrs: ["{ALLOWED}/32"]
   environment: {{inheritedEnv: [PATH, LANG]}}
   process: {{timeoutMs: 15000, maxMemoryMb: 256, maxProcesses: 16, maxStdoutBytes: 1048576, maxStderrBytes: 65536}}
@@ -380,7 +418,7 @@ spec:
   delivery:
     mode: proxy
     envName: API_TOKEN
-    proxy: {{hosts: ["api.test:{api_port}"], methods: [GET]}}
+    proxy: {{hosts: ["api.test:{api_port}", "git.test:{git_port}"], methods: [GET]}}
 ---
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolGrant
@@ -388,7 +426,7 @@ metadata: {{name: egress-credential-tools, namespace: team-a}}
 spec:
   subjects:
   - {{kind: ServiceAccount, name: fixer, namespace: team-a}}
-  tools: {{names: [e.api, e.leak]}}
+  tools: {{names: [e.api, e.leak, e.git]}}
   scopes: ["workspace:read"]
   reason: egress tests
 "#
@@ -396,7 +434,7 @@ spec:
     )
     .expect("manifests");
     let ca = root.join("upstream-ca.pem");
-    std::fs::write(&ca, &api.ca_pem).expect("ca");
+    std::fs::write(&ca, format!("{}{}", api.ca_pem, git_server.ca_pem)).expect("ca");
     let nameserver = dns.addr().to_string();
     let ca_arg = ca.display().to_string();
     let server = Server::start_with(
@@ -425,6 +463,17 @@ spec:
         .expect("CredentialsBound");
     assert!(bound.message.contains("placeholder"), "{}", bound.message);
 
+    // git over HTTPS, its requests authorized by the value the proxy put in their header.
+    let cloned = run(&mut c, "e.git", "").await;
+    assert_eq!(cloned.phase, "Succeeded", "{:#?}", cloned.conditions);
+    assert!(
+        cloned
+            .output_preview
+            .contains(&format!("{commit}\trefs/heads/main")),
+        "{}",
+        cloned.output_preview
+    );
+
     // Everything the tool can read — its environment, its credential files, pid 1's
     // environment — holds the placeholder, never the value; the placeholder sent to another
     // allowed host is refused as an exfiltration attempt.
@@ -449,7 +498,7 @@ spec:
     );
     // The value nowhere a model or a person reads: previews, statuses, explanations, the
     // event log, every artifact.
-    for call in [&done, &leaked] {
+    for call in [&done, &leaked, &cloned] {
         let explained = explain_as(&mut c, REVIEWER, &call.id).await;
         let mut seen = format!(
             "{}\n{}\n{:?}\n{}",

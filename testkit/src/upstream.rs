@@ -68,6 +68,27 @@ pub struct TlsUpstream {
 
 /// Start a [`TlsUpstream`] (inside a tokio runtime).
 pub async fn start_tls(ip: &str, name: &str, token: &str) -> std::io::Result<TlsUpstream> {
+    serve_tls(ip, name, token, None).await
+}
+
+/// A [`TlsUpstream`] that answers an authorized `GET /x` with the file `x` under `root` (404
+/// when there is none): a git server of the dumb HTTP protocol when `root` holds a bare
+/// repository after `git update-server-info`.
+pub async fn start_tls_files(
+    ip: &str,
+    name: &str,
+    token: &str,
+    root: std::path::PathBuf,
+) -> std::io::Result<TlsUpstream> {
+    serve_tls(ip, name, token, Some(root)).await
+}
+
+async fn serve_tls(
+    ip: &str,
+    name: &str,
+    token: &str,
+    files: Option<std::path::PathBuf>,
+) -> std::io::Result<TlsUpstream> {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     let err = |e: rcgen::Error| std::io::Error::other(e.to_string());
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
@@ -97,6 +118,7 @@ pub async fn start_tls(ip: &str, name: &str, token: &str) -> std::io::Result<Tls
         while let Ok((s, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             let expected = expected.clone();
+            let files = files.clone();
             tokio::spawn(async move {
                 let Ok(mut s) = acceptor.accept(s).await else {
                     return;
@@ -115,16 +137,34 @@ pub async fn start_tls(ip: &str, name: &str, token: &str) -> std::io::Result<Tls
                 let bearer = auth
                     .get(..7)
                     .is_some_and(|b| b.eq_ignore_ascii_case("bearer "));
-                let (status, body) = if bearer && auth[7..] == expected {
-                    ("200 OK", "token ok\n".to_string())
-                } else {
-                    ("401 Unauthorized", format!("bad token: {auth}\n"))
+                let (status, body) = match (bearer && auth[7..] == expected, &files) {
+                    (false, _) => (
+                        "401 Unauthorized",
+                        format!("bad token: {auth}\n").into_bytes(),
+                    ),
+                    (true, None) => ("200 OK", b"token ok\n".to_vec()),
+                    (true, Some(root)) => {
+                        let path = text
+                            .split(' ')
+                            .nth(1)
+                            .unwrap_or("/")
+                            .split('?')
+                            .next()
+                            .unwrap_or("/")
+                            .trim_start_matches('/')
+                            .to_string();
+                        match std::fs::read(root.join(&path)) {
+                            Ok(bytes) if !path.split('/').any(|c| c == "..") => ("200 OK", bytes),
+                            _ => ("404 Not Found", b"no such file\n".to_vec()),
+                        }
+                    }
                 };
-                let reply = format!(
-                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
-                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&body).await;
                 let _ = s.shutdown().await;
             });
         }
