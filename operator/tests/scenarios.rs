@@ -40,9 +40,47 @@ struct Backend {
 /// A step as both runtimes must tell it.
 type Steps = Vec<(String, String, String)>;
 
+/// What the egress scenarios reach: an HTTP server on a test host of the machine, and a DNS
+/// server that answers two names with its address — one the scenario policy allows, one it
+/// does not. Both runtimes' proxies run on this machine and resolve with it.
+struct EgressHosts {
+    _dns: toolgate_testkit::dns::DnsServer,
+    nameserver: String,
+    /// The test host's address.
+    host: String,
+    /// The server's port.
+    port: u16,
+}
+
+impl EgressHosts {
+    async fn start() -> EgressHosts {
+        let (host, _) = node::test_hosts();
+        let upstream = toolgate_testkit::upstream::start(&host)
+            .await
+            .expect("an upstream on a test host");
+        let ip: std::net::IpAddr = host.parse().expect("test host address");
+        let dns = toolgate_testkit::dns::DnsServer::start(vec![
+            ("allowed.test", vec![ip]),
+            ("denied.test", vec![ip]),
+        ])
+        .await
+        .expect("dns");
+        EgressHosts {
+            nameserver: dns.addr().to_string(),
+            _dns: dns,
+            host,
+            port: upstream.port(),
+        }
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("http://{name}:{}/hello", self.port)
+    }
+}
+
 /// The manifests both backends run: the examples' sandbox policies and credential bindings, the
 /// standard test tools and a grant for them, in `ns`.
-fn manifests(ns: &str) -> String {
+fn manifests(ns: &str, egress: &EgressHosts) -> String {
     let mut docs: Vec<String> = [
         "examples/sandbox-policies.yaml",
         "examples/credential-bindings.yaml",
@@ -71,6 +109,21 @@ fn manifests(ns: &str) -> String {
         "{}  budget: {{maxCalls: 1}}\n",
         grant("team-a", "scenario-metered", &["test.metered"])
     ));
+    // A fetch by name through the call's egress proxy (Python's own HTTP client, on the host
+    // locally and in the executor image on the node).
+    docs.push(format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: SandboxPolicy\nmetadata: {{name: scenario-egress, namespace: team-a}}\nspec:\n  mode: read_only\n  filesystem: {{readRoots: [], writeRoots: []}}\n  network: {{egress: allowlist, allowDomains: [\"allowed.test:{port}\"], allowCidrs: [\"{host}/32\"]}}\n  environment: {{inheritedEnv: [PATH, LANG]}}\n  process: {{timeoutMs: 20000, maxMemoryMb: 256, maxProcesses: 16, maxStdoutBytes: 65536, maxStderrBytes: 65536}}\n  audit: {{}}\n",
+        port = egress.port,
+        host = egress.host,
+    ));
+    docs.push(
+        Tool::test("test.fetch")
+            .argv("[python3, -c, \"import sys, urllib.request as u; print(u.urlopen(sys.argv[1]).read().decode())\", \"{{msg}}\"]")
+            .policy("scenario-egress")
+            .summary("Fetch a URL through the call's egress proxy.")
+            .yaml("team-a"),
+    );
+    docs.push(grant("team-a", "scenario-egress", &["test.fetch"]));
     // A delegation to a subagent allowed `test.echo` once.
     docs.push(delegation_tool("team-a", "helper.delegate", 1, 600_000));
     docs.push(grant("team-a", "scenario-delegation", &["helper.delegate"]));
@@ -100,12 +153,12 @@ impl Drop for LocalServer {
     }
 }
 
-async fn local() -> Backend {
+async fn local(egress: &EgressHosts) -> Backend {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     std::fs::create_dir_all(root.join("manifests")).expect("manifests");
     std::fs::create_dir_all(root.join("workspace")).expect("workspace");
-    std::fs::write(root.join("manifests/all.yaml"), manifests("team-a")).expect("write");
+    std::fs::write(root.join("manifests/all.yaml"), manifests("team-a", egress)).expect("write");
     let tokens = root.join("tokens.yaml");
     std::fs::write(
         &tokens,
@@ -130,6 +183,7 @@ async fn local() -> Backend {
         .arg("--tokens")
         .arg(&tokens)
         .args(["--listen", "127.0.0.1:0"])
+        .args(["--egress-nameserver", &egress.nameserver])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -156,14 +210,11 @@ async fn local() -> Backend {
     }
 }
 
-async fn cluster() -> Option<Backend> {
-    if !have_cluster() || !node::have_node() {
-        return None;
-    }
+async fn cluster(egress: &EgressHosts) -> Option<Backend> {
     let ns = prepare("tg-scenarios");
     ok(
         &["apply", "-f", "-"],
-        Some(&node::on_the_node(&manifests(&ns))),
+        Some(&node::on_the_node(&manifests(&ns, egress))),
     );
     support::apply_agent_access(&ns);
     // The reviewer proposes calls of her own in the scenario namespace.
@@ -174,9 +225,15 @@ async fn cluster() -> Option<Backend> {
         )),
     );
     let grpc = format!("127.0.0.1:{}", support::free_port());
-    let tls = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
-    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
-    let on_node = node::start_operator(&ns, "scenario-artifacts", &tls);
+    let mut args = toolgate_testkit::api::TestTls::get().operator_args(&grpc);
+    args.extend([
+        "--egress-proxy-address".to_string(),
+        node::host_ip(),
+        "--egress-nameserver".to_string(),
+        egress.nameserver.clone(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let on_node = node::start_operator(&ns, "scenario-artifacts", &args);
     Some(Backend {
         name: "cluster",
         client: toolgate_testkit::api::grpc_tls_client(&grpc).await,
@@ -296,9 +353,42 @@ async fn confirmation_awaited(b: &mut Backend, id: &str) {
 }
 
 /// Every scenario on one backend: its steps by name, and what else must agree.
-async fn play(b: &mut Backend) -> BTreeMap<&'static str, Steps> {
+async fn play(b: &mut Backend, egress: &EgressHosts) -> BTreeMap<&'static str, Steps> {
     let mut out = BTreeMap::new();
     let mut ids = Vec::new();
+
+    // Egress by name: an allowed name through the call's proxy, and one the policy does not
+    // list, refused by it; what each call reached or was refused is in its effects.
+    for (scenario, name) in [
+        ("egress-allowed", "allowed.test"),
+        ("egress-refused", "denied.test"),
+    ] {
+        let args = serde_json::json!({ "msg": egress.url(name) }).to_string();
+        let call = propose(b, "test.fetch", &args).await;
+        out.insert(scenario, steps(b, &call.id).await);
+        let x = b
+            .client
+            .explain_call(req(
+                &b.agent,
+                pb::ExplainCallRequest {
+                    id: call.id.clone(),
+                },
+            ))
+            .await
+            .expect("explain")
+            .into_inner();
+        let expected = match scenario {
+            "egress-allowed" => format!("GET allowed.test:{}/hello", egress.port),
+            _ => format!("GET denied.test:{}/hello (domain-not-allowed)", egress.port),
+        };
+        assert!(
+            x.effects_json.contains(&expected),
+            "{}: {scenario}: {}",
+            b.name,
+            x.effects_json
+        );
+        ids.push(call.id);
+    }
 
     let call = propose(b, "test.echo", r#"{"msg": "hi"}"#).await;
     out.insert("allowed", steps(b, &call.id).await);
@@ -726,12 +816,16 @@ fn both_runtimes_tell_every_scenario_the_same_way() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let Some(mut on_cluster) = cluster().await else {
+        if !have_cluster() || !node::have_node() {
+            return;
+        }
+        let egress = EgressHosts::start().await;
+        let Some(mut on_cluster) = cluster(&egress).await else {
             return;
         };
-        let mut embedded = local().await;
-        let local_steps = play(&mut embedded).await;
-        let cluster_steps = play(&mut on_cluster).await;
+        let mut embedded = local(&egress).await;
+        let local_steps = play(&mut embedded, &egress).await;
+        let cluster_steps = play(&mut on_cluster, &egress).await;
         assert_eq!(
             local_steps.keys().collect::<Vec<_>>(),
             cluster_steps.keys().collect::<Vec<_>>()
@@ -766,6 +860,14 @@ fn both_runtimes_tell_every_scenario_the_same_way() {
                 "ArtifactPersisted=True/Stored",
                 "StateUpdated=True/Succeeded",
             ]
+        );
+        assert_eq!(
+            kinds("egress-allowed").last().map(String::as_str),
+            Some("StateUpdated=True/Succeeded")
+        );
+        assert_eq!(
+            kinds("egress-refused").last().map(String::as_str),
+            Some("StateUpdated=False/Failed")
         );
         assert_eq!(
             kinds("denied-by-approver")[4..],
