@@ -297,6 +297,10 @@ pub async fn start(setup: Setup<'_>) -> anyhow::Result<Started> {
             "the data folder is inside the workspace; every sandbox gets it hidden (a folder outside the workspace is simpler)"
         );
     }
+    if !egress.upstream_ca.is_empty() {
+        // Said now, not at the first call that needs it.
+        toolgate_egress::upstream_tls(&egress.upstream_ca).context("--egress-upstream-ca")?;
+    }
     if toolgate_sandbox::spawn::bwrap_path().is_none() {
         anyhow::bail!(
             "bubblewrap (bwrap) is not installed; the embedded runtime runs every call inside it. Install it with scripts/install-deps.sh (apt-get install bubblewrap)"

@@ -178,3 +178,92 @@ pub fn exec_spec(input: ExecInput<'_>) -> ExecSpec {
         seccomp_inherited: false,
     }
 }
+
+/// Whether a call's credential is delivered by its egress proxy (`delivery.mode: proxy`): its
+/// sandbox holds a placeholder, and every request of the call goes through the proxy.
+pub fn proxy_delivered(binding: Option<(&str, &toolgate_crds::CredentialBindingSpec)>) -> bool {
+    binding.is_some_and(|(_, b)| b.delivery.mode == toolgate_crds::DeliveryMode::Proxy)
+}
+
+/// Whether the executor's own client may reach the network directly, checking each request
+/// itself ([`executor_is_the_only_client`]): not when the call's credential is the proxy's to
+/// deliver, which needs every request through the proxy whoever makes it.
+pub fn executor_reaches_the_network(
+    execution: &toolgate_crds::Execution,
+    binding: Option<(&str, &toolgate_crds::CredentialBindingSpec)>,
+) -> bool {
+    executor_is_the_only_client(execution) && !proxy_delivered(binding)
+}
+
+/// Why a call cannot be placed with its credential: a proxy-delivered one under a policy whose
+/// egress is not an allowlist (no proxy would carry it). Asked by both runtimes when they plan
+/// a call's sandbox, before anyone approves it.
+pub fn proxied_credential_refused(
+    policy: &toolgate_crds::SandboxPolicySpec,
+    binding: Option<(&str, &toolgate_crds::CredentialBindingSpec)>,
+) -> Option<String> {
+    let (name, _) = binding.filter(|_| proxy_delivered(binding))?;
+    (policy.network.egress != toolgate_crds::EgressMode::Allowlist).then(|| {
+        format!(
+            "network.egress: CredentialBinding {name} is delivered by the call's egress proxy (delivery.mode: proxy), which only a sandbox with egress: allowlist has"
+        )
+    })
+}
+
+#[cfg(test)]
+mod proxied_credentials {
+    use super::*;
+
+    fn binding(mode: &str) -> toolgate_crds::CredentialBindingSpec {
+        serde_json::from_value(serde_json::json!({
+            "vault": {"engine": "kv2", "mount": "secret", "path": "a/b", "field": "token"},
+            "ttlSeconds": 60,
+            "delivery": {"mode": mode, "proxy": {"hosts": ["api.example.com"]}},
+        }))
+        .expect("binding")
+    }
+
+    fn policy(network: serde_json::Value) -> toolgate_crds::SandboxPolicySpec {
+        serde_json::from_value(serde_json::json!({
+            "mode": "network_restricted",
+            "filesystem": {"readRoots": [], "writeRoots": []},
+            "network": network,
+            "process": {"timeoutMs": 1000, "maxMemoryMb": 64, "maxStdoutBytes": 1024, "maxStderrBytes": 1024},
+            "audit": {},
+        }))
+        .expect("policy")
+    }
+
+    #[test]
+    fn a_proxy_delivered_credential_needs_an_allowlist_and_takes_the_executor_off_the_network() {
+        let proxied = binding("proxy");
+        let file = binding("file");
+        let none = policy(serde_json::json!({"egress": "none"}));
+        let allow =
+            policy(serde_json::json!({"egress": "allowlist", "allowDomains": ["api.example.com"]}));
+        let why = proxied_credential_refused(&none, Some(("bot", &proxied))).expect("refused");
+        assert!(
+            why.starts_with("network.egress: CredentialBinding bot"),
+            "{why}"
+        );
+        assert_eq!(
+            proxied_credential_refused(&allow, Some(("bot", &proxied))),
+            None
+        );
+        assert_eq!(
+            proxied_credential_refused(&none, Some(("bot", &file))),
+            None
+        );
+        assert_eq!(proxied_credential_refused(&none, None), None);
+        let http: toolgate_crds::Execution = serde_json::from_value(serde_json::json!({
+            "adapter": "http", "timeoutMs": 1000,
+            "http": {"method": "GET", "urlTemplate": "https://api.example.com/x"},
+        }))
+        .expect("execution");
+        assert!(executor_reaches_the_network(&http, Some(("bot", &file))));
+        assert!(!executor_reaches_the_network(
+            &http,
+            Some(("bot", &proxied))
+        ));
+    }
+}

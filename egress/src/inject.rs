@@ -114,9 +114,7 @@ impl Injection {
         if self.positions.contains(&InjectionPosition::Header) {
             for (_, value) in headers.iter_mut() {
                 if self.carried_by(value) {
-                    let text =
-                        String::from_utf8_lossy(value).replace(&self.placeholder, &self.value);
-                    *value = text.into_bytes();
+                    *value = self.swapped_bytes(value);
                     swapped = true;
                 }
             }
@@ -131,9 +129,19 @@ impl Injection {
         swapped
     }
 
-    /// The value, for the redactor that keeps it out of records.
-    pub fn value(&self) -> &str {
-        &self.value
+    /// `bytes` with every placeholder replaced by the value, the other bytes as they were (a
+    /// header value need not be UTF-8).
+    fn swapped_bytes(&self, bytes: &[u8]) -> Vec<u8> {
+        let needle = self.placeholder.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len() + self.value.len());
+        let mut rest = bytes;
+        while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
+            out.extend_from_slice(&rest[..at]);
+            out.extend_from_slice(self.value.as_bytes());
+            rest = &rest[at + needle.len()..];
+        }
+        out.extend_from_slice(rest);
+        out
     }
 }
 
@@ -255,8 +263,28 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// How the proxy verifies the upstreams it intercepts for: the system's roots, and the CA
-/// certificates in `extra` (PEM files; a private CA the runtime's hosts use).
+/// certificates in `extra` (PEM files; a private CA the runtime's hosts use). Made once per set
+/// of files for the process (loading the system's roots reads every certificate in them); a
+/// runtime asks at start, so a file it cannot use is said before any call.
 pub fn upstream_tls(
+    extra: &[std::path::PathBuf],
+) -> Result<Arc<rustls::ClientConfig>, InterceptError> {
+    type Made = HashMap<Vec<std::path::PathBuf>, Arc<rustls::ClientConfig>>;
+    static MADE: Mutex<Option<Made>> = Mutex::new(None);
+    let mut made = MADE.lock().map_err(|_| InterceptError::CaFile {
+        path: String::new(),
+        reason: "the upstream TLS cache was poisoned".into(),
+    })?;
+    let made = made.get_or_insert_with(Made::new);
+    if let Some(config) = made.get(extra) {
+        return Ok(config.clone());
+    }
+    let config = load_upstream_tls(extra)?;
+    made.insert(extra.to_vec(), config.clone());
+    Ok(config)
+}
+
+fn load_upstream_tls(
     extra: &[std::path::PathBuf],
 ) -> Result<Arc<rustls::ClientConfig>, InterceptError> {
     let mut roots = rustls::RootCertStore::empty();
@@ -294,4 +322,32 @@ pub fn upstream_tls(
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placeholder_is_swapped_in_its_positions_and_other_bytes_are_kept() {
+        let delivery: ProxyDelivery = serde_json::from_value(serde_json::json!({
+            "hosts": ["api.example.com"], "positions": ["header"],
+        }))
+        .expect("delivery");
+        let inj = Injection::new("PH".into(), "value".into(), &delivery);
+        let mut headers = vec![
+            ("Authorization".to_string(), b"Bearer PH".to_vec()),
+            ("X-Raw".to_string(), vec![0xff, b'P', b'H', 0xfe]),
+        ];
+        let mut origin = "/x?token=PH".to_string();
+        assert!(inj.swap(&mut headers, &mut origin));
+        assert_eq!(headers[0].1, b"Bearer value");
+        assert_eq!(headers[1].1, vec![0xff, b'v', b'a', b'l', b'u', b'e', 0xfe]);
+        assert_eq!(
+            origin, "/x?token=PH",
+            "the query is not a position this binding names"
+        );
+        assert!(inj.for_host("api.example.com", 443, 443));
+        assert!(!inj.for_host("api.example.com", 8443, 443));
+    }
 }

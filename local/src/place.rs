@@ -45,23 +45,17 @@ pub(crate) fn sandbox_plan(
             env: &env,
             private: &private,
             timeout_ms: Some(u64::from(target.tool.spec.execution.timeout_ms)),
-            // A proxy-delivered credential reaches its hosts only through the proxy, whoever
-            // the client is.
-            executor_is_the_only_client: toolgate_core::exec::executor_is_the_only_client(
+            executor_is_the_only_client: toolgate_core::exec::executor_reaches_the_network(
                 &target.tool.spec.execution,
-            ) && !target
-                .binding
-                .is_some_and(|(_, b)| b.delivery.mode == toolgate_crds::DeliveryMode::Proxy),
+                target.binding,
+            ),
         },
     )?;
     plan.layers = Some(crate::slot::layers_folder(&config.data));
-    if let Some((name, binding)) = target.binding
-        && binding.delivery.mode == toolgate_crds::DeliveryMode::Proxy
-        && plan.network != Network::Proxied
+    if let Some(why) =
+        toolgate_core::exec::proxied_credential_refused(target.policy, target.binding)
     {
-        return Err(toolgate_sandbox::ResolveError::ProxiedCredential(
-            name.to_string(),
-        ));
+        return Err(toolgate_sandbox::ResolveError::ProxiedCredential(why));
     }
     Ok((plan, toolgate_sandbox::plan::confinement(target.policy)?))
 }
@@ -118,7 +112,7 @@ pub(crate) fn place(
     // A proxy-delivered credential: the sandbox gets a placeholder, and trusts this call's CA
     // for the binding's hosts, whose TLS the proxy intercepts to swap it for the value.
     let proxied = match target.binding {
-        Some((_, b)) if b.delivery.mode == toolgate_crds::DeliveryMode::Proxy => {
+        Some(_) if toolgate_core::exec::proxy_delivered(target.binding) => {
             let interception = intercept(config, &slot)
                 .map_err(|e| io("the call's egress certificate authority", &e))?;
             spec.egress_ca = Some(slot.egress_ca().1.display().to_string());
@@ -184,28 +178,12 @@ fn serve_egress(
 
 /// A CA for this call alone, written in its run folder for its sandbox to trust.
 fn intercept(config: &Config, slot: &Slot) -> Result<toolgate_egress::Interception, String> {
-    let upstream = upstream_tls(&config.egress_upstream_ca)?;
+    let upstream =
+        toolgate_egress::upstream_tls(&config.egress_upstream_ca).map_err(|e| e.to_string())?;
     let interception = toolgate_egress::Interception::new(upstream).map_err(|e| e.to_string())?;
     let (host, _) = slot.egress_ca();
     std::fs::write(&host, interception.ca_pem()).map_err(|e| format!("{}: {e}", host.display()))?;
     Ok(interception)
-}
-
-/// How the egress proxies verify the upstreams they intercept for: made once per set of CA
-/// files (loading the system's roots reads every certificate in them).
-fn upstream_tls(extra: &[PathBuf]) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
-    type Made = std::collections::HashMap<Vec<PathBuf>, std::sync::Arc<rustls::ClientConfig>>;
-    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
-    let mut made = MADE
-        .lock()
-        .map_err(|_| "the upstream TLS cache".to_string())?;
-    let made = made.get_or_insert_with(Made::new);
-    if let Some(config) = made.get(extra) {
-        return Ok(config.clone());
-    }
-    let config = toolgate_egress::upstream_tls(extra).map_err(|e| e.to_string())?;
-    made.insert(extra.to_vec(), config.clone());
-    Ok(config)
 }
 
 /// The executor's input for the call, as it sees the sandbox.

@@ -515,3 +515,29 @@ spec:
         assert!(!seen.contains(CANARY), "{}: {seen}", call.id);
     }
 }
+
+/// A CA file the proxies could not use is said when the runtime starts, naming the flag and the
+/// file, not at the first call that needs it.
+#[test]
+fn an_unusable_upstream_ca_is_refused_at_start() {
+    let dir = setup();
+    let root = dir.path();
+    let not_pem = root.join("not-a-ca.pem");
+    std::fs::write(&not_pem, "hello\n").expect("file");
+    for (file, says) in [
+        (root.join("missing.pem"), "missing.pem"),
+        (not_pem, "expected PEM certificates, found none"),
+    ] {
+        let out = local_command(root, &root.join("data"), &root.join("workspace"))
+            .args(["--listen", "127.0.0.1:0", "--egress-upstream-ca"])
+            .arg(&file)
+            .output()
+            .expect("toolgate local runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("--egress-upstream-ca") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+}

@@ -40,8 +40,6 @@ pub struct EgressConfig {
 pub struct EgressProxies {
     config: Option<EgressConfig>,
     calls: Mutex<HashMap<String, Entry>>,
-    /// How intercepted upstreams are verified: made once (the system's roots are read then).
-    upstream: std::sync::OnceLock<Result<std::sync::Arc<rustls::ClientConfig>, String>>,
 }
 
 enum Entry {
@@ -71,7 +69,6 @@ impl EgressProxies {
         EgressProxies {
             config,
             calls: Mutex::default(),
-            upstream: std::sync::OnceLock::new(),
         }
     }
 
@@ -79,13 +76,8 @@ impl EgressProxies {
     /// to the binding's hosts with it, and the call's pod trusts it.
     pub fn interception(&self) -> Result<Interception, EgressError> {
         let config = self.config.as_ref().ok_or(EgressError::NotConfigured)?;
-        let upstream = self
-            .upstream
-            .get_or_init(|| {
-                toolgate_egress::upstream_tls(&config.upstream_ca).map_err(|e| e.to_string())
-            })
-            .clone()
-            .map_err(EgressError::Setup)?;
+        let upstream = toolgate_egress::upstream_tls(&config.upstream_ca)
+            .map_err(|e| EgressError::Setup(e.to_string()))?;
         Interception::new(upstream).map_err(|e| EgressError::Setup(e.to_string()))
     }
 

@@ -225,6 +225,11 @@ fn call_config(args: &Args) -> anyhow::Result<call::CallConfig> {
             (Some(p), None) => std::sync::Arc::new(toolgate_broker::FileBroker::load(p)?),
             (None, None) => std::sync::Arc::new(toolgate_broker::NoBroker),
         };
+    if !args.egress_upstream_ca.is_empty() {
+        // Said now, not at the first call that needs it.
+        toolgate_egress::upstream_tls(&args.egress_upstream_ca)
+            .map_err(|e| anyhow::anyhow!("--egress-upstream-ca: {e}"))?;
+    }
     Ok(call::CallConfig {
         executor_image: args.executor_image.clone(),
         artifacts,

@@ -222,10 +222,9 @@ pub enum ResolveError {
     /// An egress rule the proxy cannot read.
     #[error(transparent)]
     Egress(#[from] toolgate_contract::egress::RuleError),
-    /// A credential the egress proxy delivers, for a sandbox without one.
-    #[error(
-        "network.egress: CredentialBinding {0} is delivered by the call's egress proxy (delivery.mode: proxy), which only a sandbox with egress: allowlist has"
-    )]
+    /// A credential the egress proxy delivers, for a sandbox without one (the core's words:
+    /// `toolgate_core::exec::proxied_credential_refused`).
+    #[error("{0}")]
     ProxiedCredential(String),
     /// A runtime class asks for stronger isolation than namespaces.
     #[error(

@@ -188,6 +188,22 @@ pub fn refuses(policy: &NetworkPolicy, address: std::net::SocketAddr) -> bool {
     })
 }
 
+/// Egress to the call's proxy alone: its address and port.
+fn proxy_rule(proxy: &std::net::SocketAddr) -> NetworkPolicyEgressRule {
+    let cidr = match proxy.ip() {
+        std::net::IpAddr::V4(ip) => format!("{ip}/32"),
+        std::net::IpAddr::V6(ip) => format!("{ip}/128"),
+    };
+    NetworkPolicyEgressRule {
+        to: Some(vec![ip_peer(&cidr, &[])]),
+        ports: Some(vec![NetworkPolicyPort {
+            protocol: Some("TCP".into()),
+            port: Some(IntOrString::Int(i32::from(proxy.port()))),
+            ..Default::default()
+        }]),
+    }
+}
+
 /// The NetworkPolicy of one call's pod: all ingress denied; egress none, the allowed CIDRs, or
 /// (the executor the only client, with domains) DNS plus `executor_ports` to public addresses,
 /// which the executor's client narrows to the allowed domains; private ranges excepted when the
@@ -230,23 +246,12 @@ pub fn network_policy_through(
             },
             dns_rule(),
         ],
-        EgressMode::Allowlist if executor_ports.is_none() && !net.allow_domains.is_empty() => {
-            let Some(proxy) = proxy else {
-                return Err(BuildError::DomainsForProcess(net.allow_domains.join(", ")));
-            };
-            let cidr = match proxy.ip() {
-                std::net::IpAddr::V4(ip) => format!("{ip}/32"),
-                std::net::IpAddr::V6(ip) => format!("{ip}/128"),
-            };
-            vec![NetworkPolicyEgressRule {
-                to: Some(vec![ip_peer(&cidr, &[])]),
-                ports: Some(vec![NetworkPolicyPort {
-                    protocol: Some("TCP".into()),
-                    port: Some(IntOrString::Int(i32::from(proxy.port()))),
-                    ..Default::default()
-                }]),
-            }]
+        EgressMode::Allowlist
+            if executor_ports.is_none() && !net.allow_domains.is_empty() && proxy.is_none() =>
+        {
+            return Err(BuildError::DomainsForProcess(net.allow_domains.join(", ")));
         }
+        EgressMode::Allowlist if proxy.is_some() => proxy.iter().map(proxy_rule).collect(),
         EgressMode::Allowlist => {
             let mut rules = Vec::new();
             if !net.allow_cidrs.is_empty() {

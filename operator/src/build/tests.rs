@@ -327,7 +327,8 @@ fn a_process_tool_under_a_domain_allowlist_reaches_its_proxy_and_nothing_else() 
     let ports = rules[0].ports.as_ref().expect("ports");
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0].port, Some(IntOrString::Int(31337)));
-    // The executor's own client (http adapter) keeps its direct rules.
+    // Whoever the client, a call given a proxy (the caller's choice: `call::plan::needs_proxy`)
+    // reaches that proxy alone — an http tool whose credential the proxy delivers too.
     let http = super::network_policy_through(
         &OWNER,
         &domains,
@@ -336,7 +337,22 @@ fn a_process_tool_under_a_domain_allowlist_reaches_its_proxy_and_nothing_else() 
         Some(proxy),
     )
     .expect("policy");
-    assert!(http.spec.expect("spec").egress.expect("egress").len() > 1);
+    assert_eq!(http.spec.expect("spec").egress.expect("egress").len(), 1);
+    // Given none, the executor's own client keeps its direct rules (the CIDR, then its ports).
+    let direct = super::network_policy_through(
+        &OWNER,
+        &domains,
+        Some(&[443]),
+        &ArtifactEgress::default(),
+        None,
+    )
+    .expect("policy");
+    assert!(direct.spec.expect("spec").egress.expect("egress").len() > 1);
+    // A process tool allowed domains with no proxy is refused: a NetworkPolicy cannot name them.
+    assert!(matches!(
+        super::network_policy_through(&OWNER, &domains, None, &ArtifactEgress::default(), None),
+        Err(BuildError::DomainsForProcess(_))
+    ));
 }
 
 #[test]

@@ -53,7 +53,10 @@ pub(super) async fn start(
     };
     // A proxy-delivered credential: the pod gets a placeholder and trusts a CA of this call,
     // with which its proxy intercepts TLS to the binding's hosts to swap in the value.
-    let interception = match (plan::proxy_delivered(&run.target), proxy) {
+    let interception = match (
+        toolgate_core::exec::proxy_delivered(run.target.binding),
+        proxy,
+    ) {
         (true, Some(_)) => match ctx.config.egress.interception() {
             Ok(i) => Some(toolgate_egress::Pending::new(i)),
             Err(e) => return setup_failed(ctx, call, status, &e).await,

@@ -18,10 +18,13 @@ pub(crate) fn placeable(
     target: &RunTarget<'_>,
     config: &CallConfig,
 ) -> Result<(), String> {
+    if let Some(why) =
+        toolgate_core::exec::proxied_credential_refused(target.policy, target.binding)
+    {
+        return Err(why);
+    }
     // Where a proxy would serve the call (its port is held only when it starts).
-    let proxy = config
-        .egress
-        .configured()
+    let proxy = (needs_proxy(target) && config.egress.configured())
         .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
     build::network_policy_through(
         owner,
@@ -43,33 +46,31 @@ pub(crate) struct Sandbox {
     pub(crate) confinement: FsRules,
 }
 
-/// The call's sandbox on the cluster, or the steps that end the call when the policy cannot be
-/// honoured.
-/// Whether a call's tool reaches the network only through an egress proxy: under a domain
-/// allowlist, a process tool (not the executor's own client), or any tool whose credential the
-/// proxy delivers.
+/// Whether a call's tool reaches the network only through an egress proxy: under an allowlist,
+/// a process tool allowed domains (a NetworkPolicy cannot name them), or any tool whose
+/// credential the proxy delivers.
 pub(crate) fn needs_proxy(target: &RunTarget<'_>) -> bool {
     let net = &target.policy.network;
+    let execution = &target.tool.spec.execution;
     net.egress == toolgate_crds::EgressMode::Allowlist
-        && !net.allow_domains.is_empty()
-        && (proxy_delivered(target) || build::executor_ports(&target.tool.spec.execution).is_none())
-}
-
-/// Whether the call's credential is delivered by its egress proxy (`delivery.mode: proxy`).
-pub(crate) fn proxy_delivered(target: &RunTarget<'_>) -> bool {
-    target
-        .binding
-        .is_some_and(|(_, b)| b.delivery.mode == toolgate_crds::DeliveryMode::Proxy)
+        && (toolgate_core::exec::proxy_delivered(target.binding)
+            || (!net.allow_domains.is_empty()
+                && !toolgate_core::exec::executor_is_the_only_client(execution)))
 }
 
 /// The ports the executor's own client needs, unless the proxy is the way out.
 fn direct_ports(target: &RunTarget<'_>) -> Option<Vec<i32>> {
-    if proxy_delivered(target) {
+    if !toolgate_core::exec::executor_reaches_the_network(
+        &target.tool.spec.execution,
+        target.binding,
+    ) {
         return None;
     }
     build::executor_ports(&target.tool.spec.execution)
 }
 
+/// The call's sandbox on the cluster, or the steps that end the call when the policy cannot be
+/// honoured.
 pub(crate) fn sandbox(
     owner: &Owner<'_>,
     call: &ToolCallSpec,
@@ -85,6 +86,11 @@ pub(crate) fn sandbox(
             format!("SandboxPolicy {}: {e}", target.policy_name),
         )
     };
+    if let Some(why) =
+        toolgate_core::exec::proxied_credential_refused(target.policy, target.binding)
+    {
+        return Err(refused(why));
+    }
     let network_policy = build::network_policy_through(
         owner,
         target.policy,
