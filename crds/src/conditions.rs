@@ -157,9 +157,9 @@ pub mod reason {
             BROKER_FORBIDDEN = "BrokerForbidden";
             /// The credential binding does not exist.
             BINDING_MISSING = "BindingMissing";
-            /// The binding's delivery mode cannot be honoured for this call: `proxy` without an
-            /// egress proxy (an operator started without one, a sandbox without a domain
-            /// allowlist). Nothing was issued.
+            /// The binding's delivery mode cannot be honoured for this call: `proxy` on an
+            /// operator started without an egress proxy (`--egress-proxy-address`). Nothing was
+            /// issued.
             DELIVERY_UNSUPPORTED = "DeliveryUnsupported";
         }
         "CredentialsRevoked" {

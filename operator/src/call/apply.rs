@@ -224,7 +224,7 @@ async fn broker(
                 binding: binding.into(),
                 reason: toolgate_crds::conditions::reason::DELIVERY_UNSUPPORTED,
                 error: format!(
-                    "CredentialBinding {binding} has delivery.mode: proxy, which needs the call's egress proxy: this operator serves none (--egress-proxy-address), or the SandboxPolicy has no domain allowlist; the value would enter the sandbox, so nothing was issued"
+                    "CredentialBinding {binding} has delivery.mode: proxy, which needs the call's egress proxy: this operator serves none (--egress-proxy-address); the value would enter the sandbox, so nothing was issued"
                 ),
             },
             None,
