@@ -284,8 +284,9 @@ fn a_lease_is_revoked_when_its_call_ends_is_deleted_or_outlives_its_operator() {
         return;
     };
     let ns = s.ns.clone();
-    // Success: the lease lives while the call runs, then it is revoked and its Secret removed.
-    s.call("ok-1", "vault.sa-sleep", "{seconds: \"3\"}");
+    // Success: the lease lives while the call runs, then it is revoked and its Secret removed. The
+    // call sleeps long enough to still be running when the test looks, on a busy machine too.
+    s.call("ok-1", "vault.sa-sleep", "{seconds: \"10\"}");
     wait_for(&ns, "toolcall/ok-1", "{.status.phase}", &["Running"]);
     s.wait_lease();
     assert!(kubectl(&["get", "secret", "tg-ok-1-lease", "-n", &ns], None).0);
